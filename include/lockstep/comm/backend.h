@@ -1,0 +1,52 @@
+// lockstep/comm/backend.h: the contract a transport implements (shm, gloo, mpi, ...).
+//
+// A Backend is synchronous and single-threaded by contract: the owning ProcessGroup
+// calls it from its one communication thread, in issue order, which is the same
+// order on every rank. Each call blocks until this rank's part is done, and must
+// give up with a CommError (or any exception; the group adds context) once
+// `ctx.deadline` passes or a peer is known to be gone. Tensors arrive validated:
+// CPU, contiguous, supported dtype, sizes consistent with the op. ReduceOp::Avg
+// never reaches a backend (the group reduces with Sum and divides).
+#pragma once
+
+#include <lockstep/comm/types.h>
+
+#include <string>
+
+namespace lockstep::comm {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // True if the backend itself compares each collective's OpDesc across ranks
+  // (so the group need not spend a round trip on it). Mismatch -> CommError::Mismatch.
+  virtual bool checks_descriptors() const { return false; }
+
+  // t <- op over ranks of t.
+  virtual void allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) = 0;
+  // t <- root's t.
+  virtual void broadcast(at::Tensor& t, int root, const OpContext& ctx) = 0;
+  // out (P*n elements) <- concat over ranks r of in_r (n elements), in rank order.
+  virtual void allgather(at::Tensor& out, const at::Tensor& in, const OpContext& ctx) = 0;
+  // in has P*n elements; out (n elements) <- op over ranks r of in_r[rank*n, (rank+1)*n).
+  virtual void reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp op,
+                              const OpContext& ctx) = 0;
+  // in, out have P*n elements; out[r*n, (r+1)*n) <- in_r[rank*n, (rank+1)*n).
+  virtual void alltoall(at::Tensor& out, const at::Tensor& in, const OpContext& ctx) = 0;
+  // Point to point. May block until the peer receives (as MPI_Send may).
+  virtual void send(const at::Tensor& t, int dst, int tag, const OpContext& ctx) = 0;
+  virtual void recv(at::Tensor& t, int src, int tag, const OpContext& ctx) = 0;
+  virtual void barrier(const OpContext& ctx) = 0;
+
+  // Called once from another thread when the group is being torn down after an
+  // error or timeout: wake anything blocked so the comm thread can exit. Must be
+  // async-signal-agnostic and never throw.
+  virtual void abort() noexcept {}
+};
+
+}  // namespace lockstep::comm

@@ -1,0 +1,96 @@
+// lockstep/comm/process_group.h: the group of ranks and its collectives.
+//
+// A ProcessGroup owns one Backend and one communication thread. Every operation
+// is validated on the caller's thread (CPU, contiguous, supported dtype, sizes),
+// numbered, and queued; the comm thread runs them in issue order and completes
+// the returned Work. Ranks must issue the same collectives in the same order
+// (as with every MPI-style library); when they do not, the group detects it
+// (different op, size, dtype or root for the same sequence number) and raises
+// CommError(Mismatch) naming the ranks, instead of corrupting data.
+//
+// After the first failure (peer gone, timeout, mismatch) the group is broken:
+// queued and later operations fail at once with the original cause.
+//
+// Thread safety: operations may be issued from any thread; issue order is the
+// order in which calls acquire the group's lock. Two groups never share state.
+#pragma once
+
+#include <lockstep/comm/backend.h>
+#include <lockstep/comm/types.h>
+#include <lockstep/comm/work.h>
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace lockstep::comm {
+
+struct ProcessGroupOptions {
+  // Default timeout of every op (LOCKSTEP_TIMEOUT_S overrides it in init()).
+  Millis timeout{std::chrono::seconds(300)};
+  // Compare each collective's descriptor across ranks before running it. Free on
+  // shm; one small allgather per op on gloo/mpi (LOCKSTEP_CHECK_COLLECTIVES=0 turns it off).
+  bool check_collectives = true;
+};
+
+class ProcessGroup {
+ public:
+  ProcessGroup(std::unique_ptr<Backend> backend, ProcessGroupOptions options = {});
+  ~ProcessGroup();  // finishes queued work, then stops the comm thread
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  std::string backend_name() const { return backend_->name(); }
+  const ProcessGroupOptions& options() const { return options_; }
+
+  // In place: t <- op over ranks.
+  WorkPtr allreduce(at::Tensor& t, const AllreduceOptions& o = {});
+  // In place: t <- root's t.
+  WorkPtr broadcast(at::Tensor& t, const BroadcastOptions& o = {});
+  // out.numel() == size() * in.numel(); rank r's input lands at [r*n, (r+1)*n).
+  WorkPtr allgather(at::Tensor& out, const at::Tensor& in, const AllgatherOptions& o = {});
+  // in.numel() == size() * out.numel(); out <- op over ranks of their slice [rank*n, (rank+1)*n).
+  WorkPtr reduce_scatter(at::Tensor& out, const at::Tensor& in, const ReduceScatterOptions& o = {});
+  // in.numel() == out.numel() == size() * n; out slice r <- rank r's in slice rank().
+  WorkPtr alltoall(at::Tensor& out, const at::Tensor& in, const AlltoallOptions& o = {});
+  // Point to point; messages between a pair arrive in order and tags must match.
+  WorkPtr send(const at::Tensor& t, int dst, const SendOptions& o = {});
+  WorkPtr recv(at::Tensor& t, int src, const RecvOptions& o = {});
+  WorkPtr barrier(const BarrierOptions& o = {});
+
+  // The backend, for code that needs transport-specific calls. Not thread-safe.
+  Backend& backend() { return *backend_; }
+
+ private:
+  struct Task {
+    WorkPtr work;
+    OpDesc desc;
+    Millis timeout;
+    std::function<void(const OpContext&)> run;
+  };
+  WorkPtr enqueue(OpDesc desc, Millis timeout, std::function<void(const OpContext&)> run);
+  void comm_loop();
+  void run_task(Task& task);
+  void check_descriptor(const OpContext& ctx);
+  Millis resolve(Millis t) const { return t.count() > 0 ? t : options_.timeout; }
+  CommContext context_for(const OpDesc& d) const;
+
+  std::unique_ptr<Backend> backend_;
+  const ProcessGroupOptions options_;
+  const int rank_;
+  const int size_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  bool stopping_ = false;
+  uint64_t next_seq_ = 1;           // collectives
+  std::exception_ptr broken_;       // first failure; later ops fail with it
+  std::thread thread_;
+};
+
+}  // namespace lockstep::comm

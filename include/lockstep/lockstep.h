@@ -1,0 +1,10 @@
+// lockstep: synchronous data-parallel training for the PyTorch C++ API.
+// The umbrella header: include this one and get every public piece.
+#pragma once
+
+#include <lockstep/error.h>
+#include <lockstep/comm/backend.h>
+#include <lockstep/comm/init.h>
+#include <lockstep/comm/process_group.h>
+#include <lockstep/comm/types.h>
+#include <lockstep/comm/work.h>

@@ -1,0 +1,165 @@
+// init(): read the environment, rendezvous through a c10d store, build the backend.
+#include <lockstep/comm/init.h>
+#include <lockstep/error.h>
+
+#include "comm/backends.h"
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <thread>
+
+namespace lockstep::comm {
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+Millis default_timeout(const InitOptions& o) {
+  if (o.timeout) return *o.timeout;
+  if (const char* s = env("LOCKSTEP_TIMEOUT_S")) {
+    char* end = nullptr;
+    double v = std::strtod(s, &end);
+    if (end == s || *end != '\0' || !(v > 0))
+      throw ConfigError(detail::concat("LOCKSTEP_TIMEOUT_S='", s, "' is not a positive number of seconds"));
+    return Millis(static_cast<int64_t>(v * 1000));
+  }
+  return ProcessGroupOptions{}.timeout;
+}
+
+bool check_collectives(const InitOptions& o) {
+  if (o.check_collectives) return *o.check_collectives;
+  if (const char* s = env("LOCKSTEP_CHECK_COLLECTIVES")) return std::string(s) != "0";
+  return true;
+}
+
+std::string hostname() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+bool is_port_in_use(const std::string& msg) {
+  return msg.find("in use") != std::string::npos || msg.find("EADDRINUSE") != std::string::npos ||
+         msg.find("failed to listen") != std::string::npos;
+}
+
+StorePtr connect_store(const LaunchEnv& e, Millis timeout) {
+  if (e.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(e.master_port);
+  o.isServer = e.rank == 0;
+  o.waitWorkers = false;  // our own join below names the ranks that are missing
+  o.timeout = timeout;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(e.master_addr, o);
+  } catch (const std::exception& ex) {
+    CommContext c;
+    c.rank = e.rank;
+    c.world_size = e.world_size;
+    c.op = "rendezvous";
+    const std::string where = e.master_addr + ":" + std::to_string(e.master_port);
+    if (e.rank == 0 && is_port_in_use(ex.what()))
+      throw ConfigError(detail::concat(
+          "rank 0 cannot host the rendezvous store on ", where, ": the port is in use. Pick "
+          "another with MASTER_PORT (lockstep-run --master-port N, or 0 to choose a free one)"));
+    if (e.rank == 0) throw CommError(CommError::Kind::Rendezvous, c, ex.what());
+    c.peer = 0;
+    c.timeout_s = std::chrono::duration<double>(timeout).count();
+    throw CommError(CommError::Kind::Rendezvous, c,
+                    detail::concat("could not reach rank 0's store at ", where,
+                                   ": rank 0 has not started, or MASTER_ADDR/MASTER_PORT point "
+                                   "elsewhere (", ex.what(), ")"));
+  }
+}
+
+// Every rank announces itself, then waits for all; on timeout the message lists who is missing.
+// Returns the hostname of every rank.
+std::vector<std::string> join(const StorePtr& store, const std::string& prefix, const LaunchEnv& e,
+                              Millis timeout) {
+  const std::string me = hostname();
+  store->set(prefix + "join/" + std::to_string(e.rank), std::vector<uint8_t>(me.begin(), me.end()));
+  const auto start = Clock::now();
+  std::vector<bool> seen(e.world_size, false);
+  for (;;) {
+    std::vector<int> missing;
+    for (int r = 0; r < e.world_size; ++r) {
+      if (!seen[r]) seen[r] = store->check({prefix + "join/" + std::to_string(r)});
+      if (!seen[r]) missing.push_back(r);
+    }
+    if (missing.empty()) break;
+    if (Clock::now() - start > timeout) {
+      std::string list;
+      for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+      CommContext c;
+      c.rank = e.rank;
+      c.world_size = e.world_size;
+      c.op = "rendezvous";
+      c.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+      c.timeout_s = std::chrono::duration<double>(timeout).count();
+      throw CommError(CommError::Kind::Rendezvous, c,
+                      detail::concat(missing.size(), " of ", e.world_size,
+                                     " ranks never joined: missing rank(s) ", list));
+    }
+    std::this_thread::sleep_for(Millis(20));
+  }
+  std::vector<std::string> hosts;
+  for (int r = 0; r < e.world_size; ++r) {
+    auto v = store->get(prefix + "join/" + std::to_string(r));
+    hosts.emplace_back(v.begin(), v.end());
+  }
+  return hosts;
+}
+
+}  // namespace
+
+std::string resolve_backend(const std::string& requested, const LaunchEnv& env_) {
+  std::string b = requested;
+  if (b == "auto")
+    if (const char* e = env("LOCKSTEP_BACKEND")) b = e;
+  if (b != "auto" && b != "shm" && b != "gloo" && b != "mpi")
+    throw ConfigError(detail::concat("unknown backend '", b,
+                                     "' (from LOCKSTEP_BACKEND or InitOptions::backend); "
+                                     "choose auto, shm, gloo or mpi"));
+  if (b != "auto") return b;
+  if (env_.launcher == "mpirun" && mpi_available()) return "mpi";
+  return env_.single_node() ? "shm" : "gloo";
+}
+
+std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
+  const LaunchEnv e = options.env ? *options.env : LaunchEnv::from_environment();
+  const std::string backend = resolve_backend(options.backend, e);
+  ProcessGroupOptions pgo;
+  pgo.timeout = default_timeout(options);
+  pgo.check_collectives = check_collectives(options);
+
+  if (backend == "mpi") return std::make_shared<ProcessGroup>(make_mpi_backend(e, pgo.timeout), pgo);
+
+  // Groups made in the same order on every rank get the same key namespace.
+  static std::atomic<int> generation{0};
+  const std::string prefix = "lockstep/" + std::to_string(generation++) + "/";
+  StorePtr store = connect_store(e, pgo.timeout);
+  const auto hosts = join(store, prefix, e, pgo.timeout);
+  std::unique_ptr<Backend> b;
+  if (backend == "shm") {
+    for (int r = 0; r < e.world_size; ++r)
+      if (hosts[r] != hosts[0])
+        throw ConfigError(detail::concat("backend shm needs every rank on one node, but rank 0 is on ",
+                                         hosts[0], " and rank ", r, " on ", hosts[r],
+                                         "; use gloo or mpi across nodes"));
+    b = make_shm_backend(store, prefix, e, pgo.timeout);
+  } else {
+    b = make_gloo_backend(store, prefix, e, pgo.timeout);
+  }
+  // The store must outlive the group: rank 0 hosts it for every other rank.
+  return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(b), pgo),
+                                       [store](ProcessGroup* pg) { delete pg; });
+}
+
+}  // namespace lockstep::comm

@@ -1,0 +1,103 @@
+// Reading the launcher's environment: torchrun / lockstep-run, OpenMPI, Slurm.
+#include <lockstep/comm/init.h>
+#include <lockstep/error.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <functional>
+
+namespace lockstep::comm {
+namespace {
+
+const char* get(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+int parse_int(const char* name, const char* value) {
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(value, &end, 10);
+  if (errno != 0 || end == value || *end != '\0' || v < 0 || v > (1L << 30))
+    throw ConfigError(detail::concat("environment variable ", name, "='", value,
+                                     "' is not a non-negative integer"));
+  return static_cast<int>(v);
+}
+
+int int_or(const char* name, int fallback) {
+  const char* v = get(name);
+  return v ? parse_int(name, v) : fallback;
+}
+
+// The variables of one launcher, by role.
+struct Contract {
+  const char* launcher;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+  const char* local_size;
+};
+
+void check_consistent(const LaunchEnv& e, const Contract& c) {
+  if (e.world_size < 1)
+    throw ConfigError(detail::concat(c.size, "=", e.world_size, ": the world needs at least 1 rank"));
+  if (e.rank >= e.world_size)
+    throw ConfigError(detail::concat(c.rank, "=", e.rank, " is not below ", c.size, "=",
+                                     e.world_size));
+  if (e.local_world_size < 1 || e.local_world_size > e.world_size)
+    throw ConfigError(detail::concat(c.local_size, "=", e.local_world_size, " must be in 1..",
+                                     c.size, "=", e.world_size));
+  if (e.local_rank >= e.local_world_size)
+    throw ConfigError(detail::concat(c.local_rank, "=", e.local_rank, " is not below ",
+                                     c.local_size, "=", e.local_world_size));
+}
+
+LaunchEnv read(const Contract& c) {
+  LaunchEnv e;
+  e.launcher = c.launcher;
+  e.rank = parse_int(c.rank, get(c.rank));
+  if (!get(c.size))
+    throw ConfigError(detail::concat(c.rank, " is set but ", c.size,
+                                     " is not: a launcher sets both (or neither, for one process)"));
+  e.world_size = parse_int(c.size, get(c.size));
+  // Without local information, assume every rank shares this node (a hand-made launch).
+  e.local_rank = int_or(c.local_rank, e.rank);
+  e.local_world_size = int_or(c.local_size, e.world_size);
+  check_consistent(e, c);
+  return e;
+}
+
+}  // namespace
+
+LaunchEnv LaunchEnv::from_environment() {
+  LaunchEnv e;
+  if (get("RANK")) {
+    e = read({"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"});
+    if (const char* l = get("LOCKSTEP_LAUNCHER")) e.launcher = l;
+  } else if (get("OMPI_COMM_WORLD_RANK")) {
+    e = read({"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+              "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"});
+  } else if (get("PMI_RANK")) {
+    e = read({"mpirun", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"});
+  } else if (get("SLURM_PROCID")) {
+    e = read({"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"});
+    if (int nodes = int_or("SLURM_NNODES", 1); nodes > 1 && !get("SLURM_NTASKS_PER_NODE"))
+      e.local_world_size = std::max(1, e.world_size / nodes);
+    if (const char* host = get("SLURM_LAUNCH_NODE_IPADDR")) e.master_addr = host;
+    if (const char* job = get("SLURM_JOB_ID")) {
+      e.job_id = std::string("slurm-") + job;
+      // A port derived from the job id, so concurrent jobs on a node do not collide.
+      e.master_port = 29500 + static_cast<int>(std::hash<std::string>{}(job) % 20000);
+    }
+  }
+  if (const char* a = get("MASTER_ADDR")) e.master_addr = a;
+  if (const char* p = get("MASTER_PORT")) {
+    e.master_port = parse_int("MASTER_PORT", p);
+    if (e.master_port < 1 || e.master_port > 65535)
+      throw ConfigError(detail::concat("MASTER_PORT=", p, " is not a TCP port (1..65535)"));
+  }
+  if (const char* j = get("LOCKSTEP_JOB_ID")) e.job_id = j;
+  return e;
+}
+
+}  // namespace lockstep::comm

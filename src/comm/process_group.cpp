@@ -1,0 +1,227 @@
+#include <lockstep/comm/process_group.h>
+
+#include "comm/validate.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+namespace lockstep::comm {
+
+ProcessGroup::ProcessGroup(std::unique_ptr<Backend> backend, ProcessGroupOptions options)
+    : backend_(std::move(backend)),
+      options_(options),
+      rank_(backend_->rank()),
+      size_(backend_->size()) {
+  thread_ = std::thread([this] { comm_loop(); });
+}
+
+ProcessGroup::~ProcessGroup() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    // A broken group cannot finish its queue: wake a backend that may still be blocked.
+    if (broken_) backend_->abort();
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+CommContext ProcessGroup::context_for(const OpDesc& d) const {
+  CommContext c;
+  c.rank = rank_;
+  c.world_size = size_;
+  c.backend = backend_->name();
+  c.op = op_kind_name(d.kind);
+  c.seq = d.seq;
+  if (d.kind != OpKind::Barrier) {
+    c.numel = d.numel;
+    c.dtype = dtype_name(d.dtype);
+  }
+  if (d.kind == OpKind::Send || d.kind == OpKind::Recv) c.peer = d.root;
+  return c;
+}
+
+WorkPtr ProcessGroup::enqueue(OpDesc desc, Millis timeout,
+                              std::function<void(const OpContext&)> run) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const bool collective = desc.kind != OpKind::Send && desc.kind != OpKind::Recv;
+  if (collective) desc.seq = next_seq_++;
+  auto work = std::make_shared<Work>(desc, timeout, context_for(desc));
+  if (broken_) {
+    work->finish(broken_);
+    return work;
+  }
+  queue_.push_back(Task{work, desc, timeout, std::move(run)});
+  lock.unlock();
+  cv_.notify_one();
+  return work;
+}
+
+void ProcessGroup::comm_loop() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      if (broken_) {
+        lock.unlock();
+        task.work->finish(broken_);
+        continue;
+      }
+    }
+    run_task(task);
+  }
+}
+
+void ProcessGroup::run_task(Task& task) {
+  OpContext ctx{task.desc, Clock::now(), {}, task.timeout};
+  ctx.deadline = ctx.start + task.timeout;
+  task.work->mark_started();
+  try {
+    const bool collective = task.desc.kind != OpKind::Send && task.desc.kind != OpKind::Recv;
+    if (collective && options_.check_collectives && size_ > 1 &&
+        !backend_->checks_descriptors()) {
+      check_descriptor(ctx);
+    }
+    task.run(ctx);
+    task.work->finish();
+  } catch (const CommError&) {
+    std::lock_guard<std::mutex> lock(mu_);
+    broken_ = std::current_exception();
+    task.work->finish(broken_);
+  } catch (const std::exception& e) {
+    // Anything else a transport throws (c10d, MPI wrappers) gets this rank's context.
+    CommContext c = context_for(task.desc);
+    c.elapsed_s = std::chrono::duration<double>(Clock::now() - ctx.start).count();
+    c.timeout_s = std::chrono::duration<double>(task.timeout).count();
+    auto err = std::make_exception_ptr(CommError(CommError::Kind::Failed, c, e.what()));
+    std::lock_guard<std::mutex> lock(mu_);
+    broken_ = err;
+    task.work->finish(err);
+  }
+}
+
+// One small allgather of every rank's descriptor, so that ranks that disagree on
+// the collective fail with a clear message instead of exchanging garbage.
+void ProcessGroup::check_descriptor(const OpContext& ctx) {
+  const OpDesc& d = ctx.desc;
+  constexpr int kFields = 6;
+  auto mine = at::empty({kFields}, at::kLong);
+  auto* m = mine.data_ptr<int64_t>();
+  m[0] = static_cast<int64_t>(d.kind);
+  m[1] = static_cast<int64_t>(d.seq);
+  m[2] = d.numel;
+  m[3] = static_cast<int64_t>(d.dtype);
+  m[4] = static_cast<int64_t>(d.op);
+  m[5] = d.root;
+  auto all = at::empty({kFields * size_}, at::kLong);
+  OpContext check = ctx;
+  check.desc.kind = OpKind::Allgather;
+  check.desc.numel = kFields;
+  check.desc.dtype = at::kLong;
+  backend_->allgather(all, mine, check);
+  const auto* a = all.data_ptr<int64_t>();
+  for (int r = 0; r < size_; ++r) {
+    const int64_t* o = a + r * kFields;
+    if (std::equal(o, o + kFields, m)) continue;
+    OpDesc theirs;
+    theirs.kind = static_cast<OpKind>(o[0]);
+    theirs.seq = static_cast<uint64_t>(o[1]);
+    theirs.numel = o[2];
+    theirs.dtype = static_cast<at::ScalarType>(o[3]);
+    theirs.op = static_cast<ReduceOp>(o[4]);
+    theirs.root = static_cast<int>(o[5]);
+    CommContext c = context_for(d);
+    c.peer = r;
+    throw CommError(CommError::Kind::Mismatch, c,
+                    describe_mismatch(rank_, d, r, theirs) +
+                        " (every rank must issue the same collectives, in the same order, "
+                        "with the same sizes and dtypes)");
+  }
+}
+
+WorkPtr ProcessGroup::allreduce(at::Tensor& t, const AllreduceOptions& o) {
+  validate_tensor(t, "allreduce");
+  validate_reduce(t, o.op, "allreduce");
+  OpDesc d{OpKind::Allreduce, 0, t.numel(), t.scalar_type(), o.op, -1, 0};
+  const int p = size_;
+  return enqueue(d, resolve(o.timeout), [this, t, op = o.op, p](const OpContext& ctx) mutable {
+    backend_->allreduce(t, op == ReduceOp::Avg ? ReduceOp::Sum : op, ctx);
+    if (op == ReduceOp::Avg) t.div_(p);
+  });
+}
+
+WorkPtr ProcessGroup::broadcast(at::Tensor& t, const BroadcastOptions& o) {
+  validate_tensor(t, "broadcast");
+  validate_rank(o.root, size_, "broadcast root");
+  OpDesc d{OpKind::Broadcast, 0, t.numel(), t.scalar_type(), ReduceOp::Sum, o.root, 0};
+  return enqueue(d, resolve(o.timeout), [this, t, root = o.root](const OpContext& ctx) mutable {
+    backend_->broadcast(t, root, ctx);
+  });
+}
+
+WorkPtr ProcessGroup::allgather(at::Tensor& out, const at::Tensor& in,
+                                const AllgatherOptions& o) {
+  validate_pair(out, in, "allgather");
+  validate_multiple(out, in.numel() * size_, "allgather", "output", "size() * input.numel()");
+  OpDesc d{OpKind::Allgather, 0, in.numel(), in.scalar_type(), ReduceOp::Sum, -1, 0};
+  return enqueue(d, resolve(o.timeout), [this, out, in](const OpContext& ctx) mutable {
+    backend_->allgather(out, in, ctx);
+  });
+}
+
+WorkPtr ProcessGroup::reduce_scatter(at::Tensor& out, const at::Tensor& in,
+                                     const ReduceScatterOptions& o) {
+  validate_pair(out, in, "reduce_scatter");
+  validate_reduce(out, o.op, "reduce_scatter");
+  validate_multiple(in, out.numel() * size_, "reduce_scatter", "input", "size() * output.numel()");
+  OpDesc d{OpKind::ReduceScatter, 0, in.numel(), in.scalar_type(), o.op, -1, 0};
+  const int p = size_;
+  return enqueue(d, resolve(o.timeout),
+                 [this, out, in, op = o.op, p](const OpContext& ctx) mutable {
+                   backend_->reduce_scatter(out, in, op == ReduceOp::Avg ? ReduceOp::Sum : op, ctx);
+                   if (op == ReduceOp::Avg) out.div_(p);
+                 });
+}
+
+WorkPtr ProcessGroup::alltoall(at::Tensor& out, const at::Tensor& in, const AlltoallOptions& o) {
+  validate_pair(out, in, "alltoall");
+  validate_multiple(out, in.numel(), "alltoall", "output", "input.numel()");
+  LOCKSTEP_CHECK(in.numel() % size_ == 0, "alltoall: input.numel() (", in.numel(),
+                 ") must be a multiple of the world size (", size_, ")");
+  OpDesc d{OpKind::Alltoall, 0, in.numel(), in.scalar_type(), ReduceOp::Sum, -1, 0};
+  return enqueue(d, resolve(o.timeout), [this, out, in](const OpContext& ctx) mutable {
+    backend_->alltoall(out, in, ctx);
+  });
+}
+
+WorkPtr ProcessGroup::send(const at::Tensor& t, int dst, const SendOptions& o) {
+  validate_tensor(t, "send");
+  validate_rank(dst, size_, "send destination");
+  LOCKSTEP_CHECK(dst != rank_, "send: rank ", rank_, " cannot send to itself");
+  OpDesc d{OpKind::Send, 0, t.numel(), t.scalar_type(), ReduceOp::Sum, dst, o.tag};
+  return enqueue(d, resolve(o.timeout), [this, t, dst, tag = o.tag](const OpContext& ctx) {
+    backend_->send(t, dst, tag, ctx);
+  });
+}
+
+WorkPtr ProcessGroup::recv(at::Tensor& t, int src, const RecvOptions& o) {
+  validate_tensor(t, "recv");
+  validate_rank(src, size_, "recv source");
+  LOCKSTEP_CHECK(src != rank_, "recv: rank ", rank_, " cannot receive from itself");
+  OpDesc d{OpKind::Recv, 0, t.numel(), t.scalar_type(), ReduceOp::Sum, src, o.tag};
+  return enqueue(d, resolve(o.timeout), [this, t, src, tag = o.tag](const OpContext& ctx) mutable {
+    backend_->recv(t, src, tag, ctx);
+  });
+}
+
+WorkPtr ProcessGroup::barrier(const BarrierOptions& o) {
+  OpDesc d{OpKind::Barrier, 0, 0, at::kByte, ReduceOp::Sum, -1, 0};
+  return enqueue(d, resolve(o.timeout), [this](const OpContext& ctx) { backend_->barrier(ctx); });
+}
+
+}  // namespace lockstep::comm

@@ -1,0 +1,20 @@
+// Internal: elementwise reductions over raw buffers, for every supported dtype.
+// Used by the shm backend and by the MPI backend's user-defined ops (16-bit floats).
+#pragma once
+
+#include <lockstep/comm/types.h>
+
+#include <cstdint>
+
+namespace lockstep::comm {
+
+// dst[i] = op(dst[i], src[i]) for i < n. op is Sum, Max or Min.
+void reduce_inplace(void* dst, const void* src, int64_t n, at::ScalarType t, ReduceOp op);
+
+// dst[i] = op(srcs[0][i], srcs[1][i], ..., srcs[k-1][i]), combined in that order so that
+// every rank computing the same element gets the same bits. 16-bit floats accumulate in
+// float32 and round once. dst may alias srcs[0].
+void reduce_many(void* dst, const void* const* srcs, int k, int64_t n, at::ScalarType t,
+                 ReduceOp op);
+
+}  // namespace lockstep::comm

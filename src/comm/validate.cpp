@@ -1,0 +1,66 @@
+#include "comm/validate.h"
+
+#include <sstream>
+
+namespace lockstep::comm {
+
+void validate_tensor(const at::Tensor& t, const char* op) {
+  LOCKSTEP_CHECK(t.defined(), op, ": the tensor is undefined");
+  if (!t.device().is_cpu())
+    throw InvalidArgument(detail::concat(op, ": tensor is on ", t.device().str(),
+                                         "; this process group handles CPU tensors"));
+  if (!t.is_contiguous())
+    throw InvalidArgument(detail::concat(op, ": tensor must be contiguous (call .contiguous() "
+                                         "and copy the result back)"));
+  if (!is_supported_dtype(t.scalar_type()))
+    throw InvalidArgument(detail::concat(op, ": dtype ", dtype_name(t.scalar_type()),
+                                         " is not supported (float32, float64, bfloat16, "
+                                         "float16, int32, int64, uint8 are)"));
+}
+
+void validate_pair(const at::Tensor& out, const at::Tensor& in, const char* op) {
+  validate_tensor(out, op);
+  validate_tensor(in, op);
+  if (out.scalar_type() != in.scalar_type())
+    throw InvalidArgument(detail::concat(op, ": input is ", dtype_name(in.scalar_type()),
+                                         " but output is ", dtype_name(out.scalar_type())));
+}
+
+void validate_reduce(const at::Tensor& t, ReduceOp r, const char* op) {
+  if (r == ReduceOp::Avg && !at::isFloatingType(t.scalar_type()))
+    throw InvalidArgument(detail::concat(op, ": avg needs a floating-point tensor, got ",
+                                         dtype_name(t.scalar_type()), " (use sum and divide)"));
+}
+
+void validate_rank(int r, int size, const char* what) {
+  if (r < 0 || r >= size)
+    throw InvalidArgument(
+        detail::concat(what, " ", r, " is not a rank of this group (0..", size - 1, ")"));
+}
+
+void validate_multiple(const at::Tensor& t, int64_t expected, const char* op, const char* name,
+                       const char* formula) {
+  if (t.numel() != expected)
+    throw InvalidArgument(detail::concat(op, ": ", name, " has ", t.numel(),
+                                         " elements, expected ", formula, " = ", expected));
+}
+
+std::string describe_mismatch(int rank, const OpDesc& mine, int other, const OpDesc& theirs) {
+  auto one = [](int r, const OpDesc& d) {
+    std::ostringstream os;
+    os << "rank " << r << " issued " << op_kind_name(d.kind);
+    if (d.kind != OpKind::Barrier)
+      os << " of " << d.numel << " " << dtype_name(d.dtype) << " elements";
+    if (d.kind == OpKind::Allreduce || d.kind == OpKind::ReduceScatter)
+      os << " (" << reduce_op_name(d.op) << ")";
+    if (d.kind == OpKind::Broadcast) os << " from root " << d.root;
+    return os.str();
+  };
+  std::ostringstream os;
+  os << op_kind_name(mine.kind) << " #" << mine.seq << ": " << one(rank, mine) << ", "
+     << one(other, theirs);
+  if (theirs.seq != mine.seq) os << " as its #" << theirs.seq;
+  return os.str();
+}
+
+}  // namespace lockstep::comm

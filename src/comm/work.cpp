@@ -1,0 +1,63 @@
+#include <lockstep/comm/work.h>
+
+namespace lockstep::comm {
+
+namespace {
+// Time the backend gets past the op's timeout to report the failure itself (with
+// its better diagnosis) before wait() gives up on it.
+constexpr Millis kReportGrace{2000};
+}  // namespace
+
+Work::Work(OpDesc desc, Millis timeout, CommContext base)
+    : desc_(desc), timeout_(timeout), base_(std::move(base)) {}
+
+bool Work::is_completed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+double Work::duration_s() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!done_ || !started_) return 0;
+  return std::chrono::duration<double>(end_time_ - start_time_).count();
+}
+
+void Work::mark_started() {
+  std::lock_guard<std::mutex> lock(mu_);
+  started_ = true;
+  start_time_ = Clock::now();
+}
+
+void Work::finish(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_) start_time_ = Clock::now();
+    done_ = true;
+    end_time_ = Clock::now();
+    error_ = std::move(error);
+  }
+  cv_.notify_all();
+}
+
+void Work::wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  // Queued ops wait for the ones ahead of them, each bounded by its own timeout;
+  // once this one runs, it gets its timeout plus the report grace.
+  while (!done_) {
+    if (!started_) {
+      cv_.wait_for(lock, Millis(50));
+      continue;
+    }
+    const auto limit = start_time_ + timeout_ + kReportGrace;
+    if (cv_.wait_until(lock, limit, [&] { return done_; })) break;
+    CommContext ctx = base_;
+    ctx.elapsed_s = std::chrono::duration<double>(Clock::now() - start_time_).count();
+    ctx.timeout_s = std::chrono::duration<double>(timeout_).count();
+    throw CommError(CommError::Kind::Timeout, ctx,
+                    "the operation did not complete; a peer may be stuck or dead "
+                    "(raise the timeout with LOCKSTEP_TIMEOUT_S if it is just slow)");
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+}  // namespace lockstep::comm
