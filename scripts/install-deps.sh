@@ -15,7 +15,7 @@ pkgs=(
   libcli11-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev
   dataset-fashion-mnist # real data for the demo and the accuracy tests
   iproute2              # ip netns / tc for the thin-link benchmarks
-  procps                # pgrep/ps used by fault tests
+  procps bc             # ps, bc: used by the fault tests
 )
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(python3-torch)

@@ -1,0 +1,40 @@
+# lockstep: the commands a new user runs. Everything installs itself from Debian's packages.
+BUILD ?= build
+JOBS  ?= 2
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
+CTEST_FLAGS ?=
+NPROC ?= 2
+
+.PHONY: all deps deps-bench configure build test demo bench clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+deps-bench:
+	@bash scripts/install-deps.sh --bench
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+
+configure: deps $(BUILD)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD) -j$(JOBS)
+
+# The whole suite: unit, multi-process (every backend, 1-4 ranks) and fault tests.
+test: build
+	cd $(BUILD) && ctest --output-on-failure --timeout 600 $(CTEST_FLAGS)
+
+# The main job.
+demo: build
+	$(BUILD)/apps/lockstep-run --nproc-per-node $(NPROC) --master-port 0 \
+	  $(BUILD)/bench/lockstep-bench collectives --worker --sizes 1MiB,16MiB,64MiB
+
+# Benchmarks against the peers (c10d Gloo, OpenMPI, PyTorch DDP), side by side.
+bench: deps-bench build
+	$(BUILD)/bench/lockstep-bench collectives
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,27 @@
+// lockstep-run: starts and supervises the ranks of a data-parallel job (torchrun for C++).
+// All logic lives in lockstep_launch; main only maps outcomes to exit codes.
+#include <iostream>
+
+#include "lockstep/launch/launcher.h"
+#include "lockstep/launch/options.h"
+
+int main(int argc, char** argv) {
+  using namespace lockstep::launch;
+  LaunchOptions opt;
+  try {
+    opt = parse_args(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const UsageError& e) {
+    std::cerr << e.what() << "\n";
+    return kExitUsage;
+  }
+  if (opt.help) {
+    std::cout << usage_text();
+    return 0;
+  }
+  try {
+    return run_launcher(opt);
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
+    return kExitLauncherError;
+  }
+}

@@ -1,0 +1,110 @@
+#include "bench_util.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+
+namespace lockstep::bench {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::vector<double> time_runs(const std::function<void()>& fn, const std::function<void()>& sync,
+                              int warmup, int min_iters, int max_iters, double min_seconds) {
+  for (int i = 0; i < warmup; ++i) {
+    sync();
+    fn();
+  }
+  std::vector<double> times;
+  const double start = now_s();
+  while ((int)times.size() < max_iters &&
+         ((int)times.size() < min_iters || now_s() - start < min_seconds)) {
+    sync();
+    const double t0 = now_s();
+    fn();
+    times.push_back(now_s() - t0);
+  }
+  return times;
+}
+
+int64_t parse_size(const std::string& s) {
+  size_t pos = 0;
+  double v = std::stod(s, &pos);
+  std::string unit = s.substr(pos);
+  int64_t mult = 1;
+  if (unit == "KiB" || unit == "K" || unit == "k") mult = 1 << 10;
+  else if (unit == "MiB" || unit == "M") mult = 1 << 20;
+  else if (unit == "GiB" || unit == "G") mult = 1LL << 30;
+  else if (!unit.empty() && unit != "B")
+    throw std::invalid_argument("size '" + s + "': unit must be B, KiB, MiB or GiB");
+  return static_cast<int64_t>(v * mult);
+}
+
+std::string format_size(int64_t b) {
+  char buf[32];
+  if (b >= (1LL << 30) && b % (1LL << 30) == 0) std::snprintf(buf, sizeof buf, "%lldGiB", (long long)(b >> 30));
+  else if (b >= (1 << 20) && b % (1 << 20) == 0) std::snprintf(buf, sizeof buf, "%lldMiB", (long long)(b >> 20));
+  else if (b >= (1 << 10) && b % (1 << 10) == 0) std::snprintf(buf, sizeof buf, "%lldKiB", (long long)(b >> 10));
+  else std::snprintf(buf, sizeof buf, "%lldB", (long long)b);
+  return buf;
+}
+
+std::vector<int64_t> parse_sizes(const std::string& csv) {
+  std::vector<int64_t> out;
+  std::stringstream ss(csv);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(parse_size(item));
+  return out;
+}
+
+double memcpy_gbps(int64_t bytes) {
+  std::unique_ptr<char[]> a(new char[bytes]), b(new char[bytes]);
+  std::memset(a.get(), 1, bytes);
+  std::memset(b.get(), 2, bytes);
+  std::vector<double> t = time_runs([&] { std::memcpy(b.get(), a.get(), bytes); }, [] {}, 1, 5, 20, 0.5);
+  return bytes / median(t) / 1e9;
+}
+
+std::string Table::str() const {
+  std::vector<size_t> w;
+  for (const auto& r : rows_)
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (w.size() <= i) w.push_back(0);
+      w[i] = std::max(w[i], r[i].size());
+    }
+  std::ostringstream os;
+  for (size_t k = 0; k < rows_.size(); ++k) {
+    for (size_t i = 0; i < rows_[k].size(); ++i) {
+      const auto& c = rows_[k][i];
+      os << (i ? "  " : "") << std::string(w[i] - c.size(), ' ') << c;
+    }
+    os << "\n";
+    if (k == 0) {
+      size_t total = 0;
+      for (size_t x : w) total += x + 2;
+      os << std::string(total - 2, '-') << "\n";
+    }
+  }
+  return os.str();
+}
+
+std::string fmt(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+}  // namespace lockstep::bench

@@ -1,0 +1,27 @@
+// The implementations lockstep-bench collectives measures: lockstep's backends and the peers.
+#pragma once
+
+#include <lockstep/comm/process_group.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace lockstep::bench {
+
+class CollectiveImpl {
+ public:
+  virtual ~CollectiveImpl() = default;
+  virtual std::string name() const = 0;
+  virtual bool supports(const std::string& op) const = 0;
+  // Median seconds of `op` over float32 buffers of n elements (allreduce: the tensor;
+  // allgather: the output; reduce_scatter: the input). Verifies the result; throws if wrong.
+  virtual double time(const std::string& op, int64_t n) = 0;
+};
+
+// impls: comma list of shm, gloo, mpi (lockstep's backends), c10d-gloo, mpi-raw (peers).
+// `control` is the coordinating group (rendezvous of the peers, barriers).
+std::vector<std::unique_ptr<CollectiveImpl>> make_impls(const std::string& impls,
+                                                         comm::ProcessGroup& control);
+
+}  // namespace lockstep::bench

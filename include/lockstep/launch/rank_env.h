@@ -1,0 +1,42 @@
+// lockstep/launch/rank_env.h: the environment each rank starts with (torchrun's contract).
+//
+// Pure functions over maps so the contract is unit-testable without spawning anything.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lockstep/launch/options.h"
+
+namespace lockstep::launch {
+
+using EnvMap = std::map<std::string, std::string>;
+
+// What is shared by all ranks of one start of the group.
+struct GroupContext {
+  std::string job_id;      // LOCKSTEP_JOB_ID: unique per launch, same for every restart
+  int master_port = 0;     // the resolved port (never 0 here)
+  int restart_count = 0;   // 0 on the first start, then 1, 2, ...
+};
+
+// The launcher's own environment as a map (from `environ`).
+EnvMap current_environment();
+
+// base + the rank's contract: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,
+// ROLE_RANK, MASTER_ADDR, MASTER_PORT, LOCKSTEP_*/TORCHELASTIC_* restart counters, and
+// OMP_NUM_THREADS=1 unless base already has it (P ranks each spawning one OpenMP thread
+// per core would oversubscribe the machine P times).
+EnvMap rank_env(const LaunchOptions& opt, int local_rank, const GroupContext& group,
+                const EnvMap& base);
+
+// True when the launcher should print its OMP_NUM_THREADS note (as torchrun does).
+bool should_note_omp(const LaunchOptions& opt, const EnvMap& base);
+
+// "NAME=value" strings for execve.
+std::vector<std::string> to_envp(const EnvMap& env);
+
+// hostname-pid-starttime: unique per launch on a node, and a legal shm name component.
+std::string make_job_id();
+
+}  // namespace lockstep::launch

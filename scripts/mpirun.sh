@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# mpirun with the settings lockstep's tests and benchmarks need on a small
+# container: root allowed, more ranks than cores, shared memory + self only.
+#   scripts/mpirun.sh -np 4 ./build/tests/multiprocess/some_test [args...]
+# Extra mpirun options pass through; MPIRUN overrides the mpirun binary.
+set -euo pipefail
+
+# Containers often run as root; OpenMPI refuses that unless both are set.
+export OMPI_ALLOW_RUN_AS_ROOT=1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# 3-4 ranks on 2 cores: allow oversubscription (mpirun then also makes idle ranks yield).
+export OMPI_MCA_rmaps_base_oversubscribe=1
+# One node: shared memory (vader) and self. Skips the openib/ofi/usnic probes and
+# their warnings on machines without those devices; set OMPI_MCA_btl to override.
+export OMPI_MCA_btl="${OMPI_MCA_btl:-self,vader}"
+export OMPI_MCA_pml="${OMPI_MCA_pml:-ob1}"
+# vader's single-copy path uses process_vm_readv (CMA), which containers without
+# CAP_SYS_PTRACE refuse ("Read -1, expected ..."); fall back to copy-in/copy-out.
+# Set LOCKSTEP_MPI_CMA=1 where CMA works: large messages then copy once, not twice.
+if [[ "${LOCKSTEP_MPI_CMA:-0}" != 1 ]]; then
+  export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
+fi
+
+exec "${MPIRUN:-mpirun}" "$@"

@@ -1,0 +1,238 @@
+// The shm backend: rendezvous, descriptor checks, progress counters, barrier, abort.
+// The data-moving algorithms live one per file (allreduce_shm.cpp, ...).
+#include "comm/shm/shm_backend.h"
+
+#include <lockstep/error.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <sstream>
+
+namespace lockstep::comm::shm {
+namespace {
+
+std::string join_key(const std::string& prefix, const std::string& key) {
+  if (prefix.empty() || prefix.back() == '/') return prefix + "shm/" + key;
+  return prefix + "/shm/" + key;
+}
+
+uint64_t parse_bytes(const char* var, uint64_t fallback) {
+  const char* v = std::getenv(var);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const unsigned long long x = std::strtoull(v, &end, 10);
+  uint64_t mult = 1;
+  if (*end == 'K' || *end == 'k') mult = 1 << 10, ++end;
+  else if (*end == 'M' || *end == 'm') mult = 1 << 20, ++end;
+  else if (*end == 'G' || *end == 'g') mult = 1 << 30, ++end;
+  if (end == v || *end != '\0' || x == 0 || x * mult < 4096 || x * mult > (uint64_t{1} << 34))
+    throw ConfigError(detail::concat(var, "=", v,
+                                     ": expected a byte count between 4096 and 16G "
+                                     "(plain number, or with a K/M/G suffix)"));
+  return (x * mult + 4095) / 4096 * 4096;  // whole pages: keeps chunk parts aligned
+}
+
+// An unguessable name: another user cannot pre-create it, two groups cannot collide.
+std::string segment_name(const std::string& prefix) {
+  std::random_device rd;
+  const uint64_t nonce = (uint64_t{rd()} << 32) ^ rd();
+  std::ostringstream os;
+  os << "/lockstep-" << ::getuid() << "-" << std::hex << nonce << "-"
+     << (std::hash<std::string>{}(prefix) & 0xffffffffu);
+  return os.str();
+}
+
+WireDesc to_wire(const OpDesc& d) {
+  WireDesc w;
+  w.kind = static_cast<int32_t>(d.kind);
+  w.dtype = static_cast<int32_t>(d.dtype);
+  w.op = static_cast<int32_t>(d.op);
+  w.root = d.root;
+  w.tag = d.tag;
+  w.seq = d.seq;
+  w.numel = d.numel;
+  return w;
+}
+
+std::string dtype_of(int32_t t) { return dtype_name(static_cast<at::ScalarType>(t)); }
+
+// "" when a and b agree; otherwise what differs, phrased for the error message.
+std::string describe_mismatch(const WireDesc& a, int ra, const WireDesc& b, int rb) {
+  const char* ka = op_kind_name(static_cast<OpKind>(a.kind));
+  if (a.kind != b.kind)
+    return detail::concat("collective #", a.seq, ": rank ", ra, " called ", ka, ", rank ", rb,
+                          " called ", op_kind_name(static_cast<OpKind>(b.kind)));
+  if (a.seq != b.seq)
+    return detail::concat(ka, ": rank ", ra, " is at #", a.seq, ", rank ", rb, " at #", b.seq);
+  if (a.numel != b.numel || a.dtype != b.dtype)
+    return detail::concat(ka, " #", a.seq, ": rank ", ra, " has ", a.numel, " ",
+                          dtype_of(a.dtype), " elements, rank ", rb, " has ", b.numel, " ",
+                          dtype_of(b.dtype), " elements");
+  if (a.op != b.op)
+    return detail::concat(ka, " #", a.seq, ": rank ", ra, " reduces with ",
+                          reduce_op_name(static_cast<ReduceOp>(a.op)), ", rank ", rb, " with ",
+                          reduce_op_name(static_cast<ReduceOp>(b.op)));
+  if (a.root != b.root)
+    return detail::concat(ka, " #", a.seq, ": rank ", ra, " uses root ", a.root, ", rank ", rb,
+                          " uses root ", b.root);
+  return "";
+}
+
+}  // namespace
+
+ShmOptions ShmOptions::from_environment() {
+  ShmOptions o;
+  o.buffer_bytes = parse_bytes("LOCKSTEP_SHM_BUFFER_BYTES", o.buffer_bytes);
+  o.channel_bytes = parse_bytes("LOCKSTEP_SHM_CHANNEL_BYTES", o.channel_bytes);
+  return o;
+}
+
+ShmBackend::ShmBackend(const StorePtr& store, const std::string& prefix, const LaunchEnv& env,
+                       Millis timeout, const ShmOptions& options)
+    : rank_(env.rank),
+      size_(env.world_size),
+      options_(options),
+      policy_(WaitPolicy::for_group(env.world_size)),
+      pids_(env.world_size, 0) {
+  rendezvous(store, prefix, timeout);
+}
+
+ShmBackend::~ShmBackend() = default;  // Segment unmaps; never throws
+
+void ShmBackend::rendezvous(const StorePtr& store, const std::string& prefix, Millis timeout) {
+  CommContext c;
+  c.rank = rank_;
+  c.world_size = size_;
+  c.backend = "shm";
+  c.op = "rendezvous";
+  c.timeout_s = std::chrono::duration<double>(timeout).count();
+  const Clock::time_point start = Clock::now();
+  auto fail = [&](const std::string& what) {
+    c.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+    return CommError(CommError::Kind::Rendezvous, c, what);
+  };
+
+  const std::string seg_key = join_key(prefix, "segment");
+  std::string name;
+  SegmentConfig cfg{size_, options_.buffer_bytes, options_.channel_bytes};
+  if (rank_ == 0) {
+    name = segment_name(prefix);
+    seg_ = Segment::create(name, cfg);
+    const std::string v = detail::concat(name, " ", cfg.buffer_bytes, " ", cfg.channel_bytes);
+    store->set(seg_key, std::vector<uint8_t>(v.begin(), v.end()));
+  } else {
+    try {
+      store->wait({seg_key}, timeout);
+    } catch (const std::exception& e) {
+      throw fail(detail::concat("rank 0 never published the shm segment: ", e.what()));
+    }
+    const std::vector<uint8_t> raw = store->get(seg_key);
+    std::istringstream is(std::string(raw.begin(), raw.end()));
+    is >> name >> cfg.buffer_bytes >> cfg.channel_bytes;  // rank 0's settings win
+    options_.buffer_bytes = cfg.buffer_bytes;
+    options_.channel_bytes = cfg.channel_bytes;
+    seg_ = Segment::open(name, cfg);
+  }
+  seg_.info(rank_).pid.store(static_cast<int32_t>(::getpid()), std::memory_order_release);
+
+  // Barrier through the store: once every rank has mapped the segment its name is
+  // no longer needed, and unlinking it now means no crash can ever leak it.
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back(join_key(prefix, detail::concat("mapped/", r)));
+  store->set(keys[rank_], std::vector<uint8_t>{'1'});
+  try {
+    store->wait(keys, timeout);
+  } catch (const std::exception&) {
+    Segment::unlink(name);
+    std::string missing;
+    for (int r = 0; r < size_; ++r)
+      if (!store->check({keys[r]})) missing += detail::concat(missing.empty() ? "" : ", ", r);
+    throw fail(detail::concat("ranks [", missing, "] never mapped the shm segment ", name));
+  }
+  Segment::unlink(name);  // every rank tries: whoever survives removes it
+  for (int r = 0; r < size_; ++r)
+    pids_[r] = static_cast<pid_t>(seg_.info(r).pid.load(std::memory_order_acquire));
+}
+
+Waiter ShmBackend::make_waiter(const OpContext& ctx, const OpDesc& d) {
+  CommContext c;
+  c.rank = rank_;
+  c.world_size = size_;
+  c.backend = "shm";
+  c.op = op_kind_name(d.kind);
+  c.seq = d.seq;
+  c.numel = d.numel;
+  c.dtype = dtype_name(d.dtype);
+  c.timeout_s = std::chrono::duration<double>(ctx.timeout).count();
+  return Waiter(seg_, pids_, rank_, policy_, ctx, std::move(c), aborted_);
+}
+
+Waiter ShmBackend::begin(OpKind kind, int64_t numel, at::ScalarType dtype, ReduceOp op, int root,
+                         const OpContext& ctx) {
+  OpDesc d = ctx.desc;
+  d.kind = kind;
+  d.numel = numel;
+  d.dtype = dtype;
+  d.op = op;
+  d.root = root;
+  d.tag = 0;
+  Waiter w = make_waiter(ctx, d);
+  w.raise_if_failed();  // a broken group fails at once, before touching shared state
+  const uint64_t slot = collectives_++ % 2;
+  seg_.info(rank_).desc[slot] = to_wire(d);
+  post();
+  wait_all(w, step_);
+  check_descriptors(w, slot);
+  return w;
+}
+
+void ShmBackend::check_descriptors(Waiter& w, uint64_t slot) {
+  // Every rank compares every rank against rank 0, so all reach the same verdict.
+  const WireDesc& d0 = seg_.info(0).desc[slot];
+  for (int r = 1; r < size_; ++r) {
+    const std::string diff = describe_mismatch(d0, 0, seg_.info(r).desc[slot], r);
+    if (!diff.empty()) w.fail(CommError::Kind::Mismatch, rank_ == r ? 0 : r, diff);
+  }
+}
+
+void ShmBackend::wait_peer(Waiter& w, int peer, uint64_t target) const {
+  const std::atomic<uint64_t>& v = seg_.progress(peer).value;
+  w.wait_until([&] { return v.load(std::memory_order_acquire) >= target; }, peer);
+}
+
+void ShmBackend::wait_all(Waiter& w, uint64_t target) const {
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_) wait_peer(w, r, target);
+}
+
+void ShmBackend::barrier(const OpContext& ctx) {
+  begin(OpKind::Barrier, 0, at::kFloat, ReduceOp::Sum, -1, ctx);  // the descriptor round is one
+}
+
+void ShmBackend::abort() noexcept {
+  aborted_.store(true, std::memory_order_release);
+  uint64_t expected = 0;
+  seg_.header().abort_word.compare_exchange_strong(
+      expected, encode_failure(Failure{CommError::Kind::Aborted, rank_, -1}),
+      std::memory_order_acq_rel);
+}
+
+}  // namespace lockstep::comm::shm
+
+namespace lockstep::comm {
+
+std::unique_ptr<Backend> make_shm_backend(const StorePtr& store, const std::string& prefix,
+                                          const LaunchEnv& env, Millis timeout) {
+  if (!env.single_node())
+    throw ConfigError(detail::concat("the shm backend needs all ranks on one node, but ",
+                                     env.local_world_size, " of ", env.world_size,
+                                     " ranks are local (use LOCKSTEP_BACKEND=gloo or mpi)"));
+  return std::make_unique<shm::ShmBackend>(store, prefix, env, timeout,
+                                           shm::ShmOptions::from_environment());
+}
+
+}  // namespace lockstep::comm

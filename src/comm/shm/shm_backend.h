@@ -1,0 +1,102 @@
+// Internal: the single-node shared-memory backend.
+//
+// Ranks of one node share one segment (shm_segment.h). Collectives move data
+// through per-rank staging buffers in chunks of at most `buffer_bytes` per rank,
+// synchronized by per-rank progress counters: each chunk has two phases and after
+// each phase a rank bumps its own counter (one writer per cache line, no atomic
+// read-modify-write anywhere on the hot path). A rank that needs a peer's data
+// waits until that peer's counter reaches the phase it needs. Chunk c uses
+// staging buffer c % 2, so a rank may fill chunk c+1 while peers still read chunk c.
+//
+// Every collective starts with a descriptor round: each rank posts its OpDesc in
+// its slot and bumps its counter; after seeing all peers' posts it compares them
+// (-> CommError Mismatch on every rank). That round doubles as the barrier that
+// makes the previous collective's staging buffers free again.
+//
+// Send/recv use per-pair SPSC byte rings and never touch the collective counters.
+//
+// Thread safety: one comm thread calls the collectives (Backend contract);
+// abort() may be called from any thread.
+#pragma once
+
+#include "comm/backends.h"
+#include "comm/shm/shm_segment.h"
+#include "comm/shm/shm_sync.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace lockstep::comm::shm {
+
+struct ShmOptions {
+  // Bytes per rank per staging buffer (two per rank). Large tensors stream through
+  // in chunks of this size; smaller chunks stay in the shared L2/L3 between the
+  // copy-in and the reduce. LOCKSTEP_SHM_BUFFER_BYTES overrides it.
+  uint64_t buffer_bytes = 1 << 20;
+  // Bytes per ordered pair for send/recv; larger messages stream through.
+  // LOCKSTEP_SHM_CHANNEL_BYTES overrides it.
+  uint64_t channel_bytes = 1 << 20;
+  // Allreduces up to this many bytes take the one-phase path (every rank reduces
+  // the whole tensor from all staging buffers): fewer handshakes for small tensors.
+  uint64_t small_bytes = 64 << 10;
+  static ShmOptions from_environment();
+};
+
+class ShmBackend final : public Backend {
+ public:
+  ShmBackend(const StorePtr& store, const std::string& prefix, const LaunchEnv& env,
+             Millis timeout, const ShmOptions& options);
+  ~ShmBackend() override;
+
+  std::string name() const override { return "shm"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  bool checks_descriptors() const override { return true; }
+
+  void allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) override;
+  void broadcast(at::Tensor& t, int root, const OpContext& ctx) override;
+  void allgather(at::Tensor& out, const at::Tensor& in, const OpContext& ctx) override;
+  void reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp op,
+                      const OpContext& ctx) override;
+  void alltoall(at::Tensor& out, const at::Tensor& in, const OpContext& ctx) override;
+  void send(const at::Tensor& t, int dst, int tag, const OpContext& ctx) override;
+  void recv(at::Tensor& t, int src, int tag, const OpContext& ctx) override;
+  void barrier(const OpContext& ctx) override;
+  void abort() noexcept override;
+
+  // ---- used by the per-algorithm files (allreduce_shm.cpp, ...) ----
+  // Starts a collective: builds the Waiter, posts and checks the descriptor.
+  Waiter begin(OpKind kind, int64_t numel, at::ScalarType dtype, ReduceOp op, int root,
+               const OpContext& ctx);
+  // Bumps this rank's progress counter (publishing every write before it).
+  void post() {
+    seg_.progress(rank_).value.store(++step_, std::memory_order_release);
+  }
+  uint64_t step() const { return step_; }
+  // Waits until `peer`'s counter reaches `target`.
+  void wait_peer(Waiter& w, int peer, uint64_t target) const;
+  // Waits until every other rank's counter reaches `target`.
+  void wait_all(Waiter& w, uint64_t target) const;
+  const Segment& segment() const { return seg_; }
+  uint64_t buffer_bytes() const { return seg_.config().buffer_bytes; }
+  const ShmOptions& options() const { return options_; }
+
+ private:
+  void rendezvous(const StorePtr& store, const std::string& prefix, Millis timeout);
+  void check_descriptors(Waiter& w, uint64_t slot);
+  Waiter make_waiter(const OpContext& ctx, const OpDesc& d);
+
+  const int rank_;
+  const int size_;
+  ShmOptions options_;
+  WaitPolicy policy_;
+  Segment seg_;
+  std::vector<pid_t> pids_;
+  uint64_t step_ = 0;         // mirror of our progress counter (same on every rank between ops)
+  uint64_t collectives_ = 0;  // collectives begun; selects the descriptor slot
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace lockstep::comm::shm

@@ -1,0 +1,287 @@
+// Supervision of one start of the group: a single poll() loop over every rank's stdout and
+// stderr pipes plus the signal pipe, so no rank can block the launcher.
+#include "group.h"
+
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+
+#include "lockstep/launch/exit_status.h"
+#include "spawn.h"
+
+namespace lockstep::launch {
+namespace {
+
+// Whole lines go out in one write(), so lines of different ranks never interleave.
+void write_all(int fd, const std::string& s) {
+  std::size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = write(fd, s.data() + off, s.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // EPIPE etc.: the reader is gone; keep supervising anyway
+    off += std::size_t(n);
+  }
+}
+
+void say(const std::string& msg) { write_all(2, "lockstep-run: " + msg + "\n"); }
+
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", s);
+  return buf;
+}
+
+}  // namespace
+
+Group::Group(const LaunchOptions& opt, const GroupContext& ctx, const EnvMap& base,
+             SignalPipe& signals, const std::vector<int>& log_fds)
+    : opt_(opt), ctx_(ctx), base_(base), signals_(signals), log_fds_(log_fds) {}
+
+Group::~Group() {
+  for (Rank& r : ranks_)
+    for (int s = 0; s < 2; ++s)
+      if (r.fds[s] >= 0) close(r.fds[s]);
+}
+
+AttemptResult Group::run() {
+  bool spawned = spawn_all();
+  loop();
+  drain_output();
+  AttemptResult res;
+  if (interrupted_by_) {
+    print_interrupt_summary();
+    res.outcome = AttemptResult::Outcome::Interrupted;
+    res.exit_code = 128 + interrupted_by_;
+  } else if (!spawned) {
+    res.outcome = AttemptResult::Outcome::CannotExecute;
+    res.exit_code = 127;
+  } else if (first_failed_ >= 0) {
+    print_failure_summary();
+    res.outcome = AttemptResult::Outcome::RankFailed;
+    res.exit_code = exit_code_of(ranks_[std::size_t(first_failed_)].status);
+  }
+  return res;
+}
+
+// Returns false when the program cannot be executed; ranks already started are torn down.
+bool Group::spawn_all() {
+  ranks_.reserve(std::size_t(opt_.nproc_per_node));
+  for (int local = 0; local < opt_.nproc_per_node; ++local) {
+    std::vector<std::string> envp = to_envp(rank_env(opt_, local, ctx_, base_));
+    SpawnedRank sp;
+    try {
+      sp = spawn_rank(opt_.program, envp);
+    } catch (const std::exception& e) {
+      say(std::string(e.what()) + " (starting local rank " + std::to_string(local) + ")");
+      exec_errno_ = -1;
+    }
+    if (sp.exec_errno != 0) {
+      say("cannot execute '" + opt_.program[0] + "': " + std::strerror(sp.exec_errno));
+      exec_errno_ = sp.exec_errno;
+    }
+    if (exec_errno_ != 0) {
+      begin_teardown();
+      return false;
+    }
+    Rank r;
+    r.local_rank = local;
+    r.rank = opt_.global_rank(local);
+    r.pid = sp.pid;
+    r.fds[0] = sp.out_fd;
+    r.fds[1] = sp.err_fd;
+    r.start = Clock::now();
+    r.running = true;
+    ranks_.push_back(std::move(r));
+  }
+  return true;
+}
+
+void Group::loop() {
+  while (any_running()) {
+    std::vector<pollfd> pfds;
+    std::vector<std::pair<std::size_t, int>> owners;  // (rank index, stream) per pollfd
+    pfds.push_back({signals_.read_fd(), POLLIN, 0});
+    for (std::size_t i = 0; i < ranks_.size(); ++i)
+      for (int s = 0; s < 2; ++s)
+        if (ranks_[i].fds[s] >= 0) {
+          pfds.push_back({ranks_[i].fds[s], POLLIN, 0});
+          owners.emplace_back(i, s);
+        }
+    int n = poll(pfds.data(), pfds.size(), poll_timeout_ms());
+    if (n < 0 && errno != EINTR) break;
+    for (std::size_t k = 1; n > 0 && k < pfds.size(); ++k)
+      if (pfds[k].revents) read_stream(ranks_[owners[k - 1].first], owners[k - 1].second);
+    handle_signals();
+    reap();  // after reading, so a dying rank's last words print before the summary
+    if (tearing_down_ && !killed_ && Clock::now() >= kill_at_) {
+      signal_groups(SIGKILL);
+      killed_ = true;
+    }
+  }
+}
+
+int Group::poll_timeout_ms() const {
+  // The signal pipe wakes us for SIGCHLD; the timeout is a safety net and the grace clock.
+  int ms = 250;
+  if (tearing_down_ && !killed_) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at_ - Clock::now()).count();
+    ms = int(std::max<long long>(0, std::min<long long>(ms, left)));
+  }
+  return ms;
+}
+
+void Group::handle_signals() {
+  for (int sig : signals_.drain()) {
+    if (sig == SIGCHLD) continue;  // reap() runs after every wakeup
+    if (interrupted_by_ && tearing_down_ && !killed_) {
+      say("received " + signal_name(sig) + " again: killing all ranks now");
+      signal_groups(SIGKILL);
+      killed_ = true;
+      continue;
+    }
+    if (!interrupted_by_) interrupted_by_ = sig;
+    say("received " + signal_name(sig) + ": stopping all ranks (again to kill them at once)");
+    if (!tearing_down_) begin_teardown();
+  }
+}
+
+void Group::read_stream(Rank& r, int stream) {
+  char buf[16384];
+  for (int rounds = 0; rounds < 8; ++rounds) {  // bounded: one chatty rank must not starve others
+    ssize_t n = read(r.fds[stream], buf, sizeof buf);
+    if (n > 0) {
+      for (std::string& line : r.lines[stream].feed(buf, std::size_t(n))) emit(r, stream, line);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    close_stream(r, stream);  // EOF or error
+    return;
+  }
+}
+
+void Group::emit(Rank& r, int stream, const std::string& line) {
+  write_all(stream == 0 ? 1 : 2, "[rank " + std::to_string(r.rank) + "] " + line + "\n");
+  int log = log_fds_.empty() ? -1 : log_fds_[std::size_t(r.local_rank)];
+  if (log >= 0) write_all(log, line + "\n");
+  if (stream == 1) r.tail.push(line);
+}
+
+void Group::close_stream(Rank& r, int stream) {
+  std::string partial;
+  if (r.lines[stream].flush(&partial)) emit(r, stream, partial);
+  close(r.fds[stream]);
+  r.fds[stream] = -1;
+}
+
+void Group::reap() {
+  for (std::size_t i = 0; i < ranks_.size(); ++i) {
+    Rank& r = ranks_[i];
+    if (!r.running) continue;
+    int st = 0;
+    pid_t p = waitpid(r.pid, &st, WNOHANG);
+    if (p == 0 || (p < 0 && errno == EINTR)) continue;
+    r.running = false;
+    r.status = p < 0 ? (1 << 8) : st;  // ECHILD should not happen; count it as a failure
+    r.end = Clock::now();
+    if (!succeeded(r.status) && !tearing_down_ && first_failed_ < 0) {
+      first_failed_ = int(i);
+      begin_teardown();
+    }
+  }
+}
+
+void Group::begin_teardown() {
+  tearing_down_ = true;
+  kill_at_ = Clock::now() + std::chrono::milliseconds(long(opt_.grace_seconds * 1000));
+  for (Rank& r : ranks_)
+    if (r.running) r.stopped = Stop::Term;
+  // Also the groups whose leader already exited: their own children may still run.
+  signal_groups(SIGTERM);
+}
+
+void Group::signal_groups(int sig) {
+  for (Rank& r : ranks_) {
+    if (r.pid <= 0) continue;
+    if (sig == SIGKILL && r.running) r.stopped = Stop::Kill;
+    killpg(r.pid, sig);  // ESRCH (group already empty) is expected and harmless
+  }
+}
+
+// Every rank is reaped; collect what is still in the pipes. A rank's background child may
+// hold a pipe open forever, so stop after a short quiet period instead of waiting for EOF.
+void Group::drain_output() {
+  auto give_up = Clock::now() + std::chrono::seconds(2);
+  while (any_open() && Clock::now() < give_up) {
+    std::vector<pollfd> pfds;
+    std::vector<std::pair<std::size_t, int>> owners;
+    for (std::size_t i = 0; i < ranks_.size(); ++i)
+      for (int s = 0; s < 2; ++s)
+        if (ranks_[i].fds[s] >= 0) {
+          pfds.push_back({ranks_[i].fds[s], POLLIN, 0});
+          owners.emplace_back(i, s);
+        }
+    int n = poll(pfds.data(), pfds.size(), 100);
+    if (n == 0) break;
+    if (n < 0 && errno != EINTR) break;
+    for (std::size_t k = 0; n > 0 && k < pfds.size(); ++k)
+      if (pfds[k].revents) read_stream(ranks_[owners[k].first], owners[k].second);
+  }
+  for (Rank& r : ranks_)
+    for (int s = 0; s < 2; ++s)
+      if (r.fds[s] >= 0) close_stream(r, s);
+  signals_.drain();  // SIGCHLDs of this attempt must not wake the next one for nothing
+}
+
+bool Group::any_running() const {
+  for (const Rank& r : ranks_)
+    if (r.running) return true;
+  return false;
+}
+
+bool Group::any_open() const {
+  for (const Rank& r : ranks_)
+    if (r.fds[0] >= 0 || r.fds[1] >= 0) return true;
+  return false;
+}
+
+std::string Group::outcome_of(const Rank& r) const {
+  std::string how = describe_wait_status(r.status);
+  if (r.stopped == Stop::None) return how;
+  if (r.stopped == Stop::Term) return "stopped by lockstep-run with SIGTERM (" + how + ")";
+  return "still running after SIGTERM; stopped by lockstep-run with SIGKILL (" + how + ")";
+}
+
+void Group::print_failure_summary() const {
+  const Rank& f = ranks_[std::size_t(first_failed_)];
+  double secs = std::chrono::duration<double>(f.end - f.start).count();
+  std::string msg = "lockstep-run: rank " + std::to_string(f.rank) + " (local rank " +
+                    std::to_string(f.local_rank) + ", pid " + std::to_string(f.pid) +
+                    ") failed first: " + describe_wait_status(f.status) + " after " + seconds(secs) + "\n";
+  if (f.tail.lines().empty()) {
+    msg += "lockstep-run: rank " + std::to_string(f.rank) + " wrote nothing to stderr\n";
+  } else {
+    msg += "lockstep-run: last stderr lines of rank " + std::to_string(f.rank) + ":\n";
+    for (const std::string& l : f.tail.lines()) msg += "    " + l + "\n";
+  }
+  if (ranks_.size() > 1) msg += "lockstep-run: other ranks:\n";
+  for (const Rank& r : ranks_) {
+    if (&r == &f) continue;
+    msg += "    rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + "): " + outcome_of(r) + "\n";
+  }
+  write_all(2, msg);
+}
+
+void Group::print_interrupt_summary() const {
+  std::string msg;
+  for (const Rank& r : ranks_)
+    msg += "    rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + "): " + outcome_of(r) + "\n";
+  write_all(2, "lockstep-run: interrupted by " + signal_name(interrupted_by_) + "; ranks:\n" + msg);
+}
+
+}  // namespace lockstep::launch

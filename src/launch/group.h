@@ -1,0 +1,83 @@
+// group.h (internal): one start of the rank group, from spawn to the last rank reaped.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "lockstep/launch/line_buffer.h"
+#include "lockstep/launch/options.h"
+#include "lockstep/launch/rank_env.h"
+#include "signal_pipe.h"
+
+namespace lockstep::launch {
+
+struct AttemptResult {
+  enum class Outcome { Success, RankFailed, CannotExecute, Interrupted };
+  Outcome outcome = Outcome::Success;
+  int exit_code = 0;  // what lockstep-run should exit with if this attempt is the last
+};
+
+// Runs the group once: spawns every rank, forwards output, tears down on the first failure
+// or on a signal to the launcher, and prints the failure summary. Owns the pipes it opens;
+// borrows the signal pipe and the per-rank log fds (-1 = no log), which outlive it.
+class Group {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Group(const LaunchOptions& opt, const GroupContext& ctx, const EnvMap& base,
+        SignalPipe& signals, const std::vector<int>& log_fds);
+  ~Group();
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  AttemptResult run();
+
+ private:
+  enum class Stop { None, Term, Kill };  // the strongest signal lockstep-run sent a rank
+  struct Rank {
+    int local_rank = 0, rank = 0;
+    pid_t pid = -1;
+    int fds[2] = {-1, -1};  // stdout, stderr read ends; -1 once at EOF
+    LineBuffer lines[2];
+    TailBuffer tail{20};    // last stderr lines, for the summary
+    Clock::time_point start, end;
+    bool running = false;
+    int status = 0;
+    Stop stopped = Stop::None;
+  };
+
+  bool spawn_all();
+  void loop();
+  int poll_timeout_ms() const;
+  void handle_signals();
+  void read_stream(Rank& r, int stream);
+  void emit(Rank& r, int stream, const std::string& line);
+  void close_stream(Rank& r, int stream);
+  void reap();
+  void begin_teardown();
+  void signal_groups(int sig);
+  void drain_output();
+  bool any_running() const;
+  bool any_open() const;
+  void print_failure_summary() const;
+  void print_interrupt_summary() const;
+  std::string outcome_of(const Rank& r) const;
+
+  const LaunchOptions& opt_;
+  const GroupContext& ctx_;
+  const EnvMap& base_;
+  SignalPipe& signals_;
+  const std::vector<int>& log_fds_;
+  std::vector<Rank> ranks_;
+  bool tearing_down_ = false;
+  bool killed_ = false;           // SIGKILL already sent to every group
+  Clock::time_point kill_at_;     // when the grace period ends
+  int first_failed_ = -1;         // index into ranks_
+  int interrupted_by_ = 0;        // signal that asked the launcher to stop
+  int exec_errno_ = 0;
+};
+
+}  // namespace lockstep::launch

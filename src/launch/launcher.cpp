@@ -1,0 +1,134 @@
+// The restart loop around Group, and the one-time setup of a launch (port, job id, logs).
+#include "lockstep/launch/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "group.h"
+#include "lockstep/launch/rank_env.h"
+
+namespace lockstep::launch {
+namespace {
+
+using detail::concat;
+
+void say(const std::string& msg) {
+  std::string line = "lockstep-run: " + msg + "\n";
+  (void)!write(2, line.data(), line.size());
+}
+
+// If the launcher was started with fd 0, 1 or 2 closed, a pipe could land there and the
+// child's dup2 onto 1/2 would clobber it; park /dev/null on the gaps first.
+void ensure_std_fds_open() {
+  for (int fd = 0; fd < 3; ++fd) {
+    if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    int n = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (n >= 0 && n != fd) { dup2(n, fd); close(n); }
+  }
+}
+
+void make_dirs(const std::string& dir) {
+  std::string path;
+  for (std::size_t i = 0; i <= dir.size(); ++i) {
+    if (i == dir.size() || (dir[i] == '/' && i > 0)) {
+      path = dir.substr(0, i);
+      if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST)
+        throw ConfigError(concat("lockstep-run: cannot create --log-dir '", path, "': ", std::strerror(errno)));
+    }
+  }
+}
+
+// One file per local rank, truncated once per launch; restarts append to it.
+std::vector<int> open_logs(const LaunchOptions& opt) {
+  std::vector<int> fds;
+  if (opt.log_dir.empty()) return fds;
+  make_dirs(opt.log_dir);
+  for (int local = 0; local < opt.nproc_per_node; ++local) {
+    std::string path = opt.log_dir + "/rank_" + std::to_string(opt.global_rank(local)) + ".log";
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      int e = errno;
+      for (int f : fds) close(f);
+      throw ConfigError(concat("lockstep-run: cannot open log file '", path, "': ", std::strerror(e)));
+    }
+    fds.push_back(fd);
+  }
+  return fds;
+}
+
+void mark_restart_in_logs(const std::vector<int>& fds, int restart) {
+  std::string line = "--- lockstep-run: restart " + std::to_string(restart) + " ---\n";
+  for (int fd : fds) (void)!write(fd, line.data(), line.size());
+}
+
+// Closes the log fds however run_launcher leaves.
+struct FdCloser {
+  std::vector<int>& fds;
+  ~FdCloser() {
+    for (int fd : fds) close(fd);
+  }
+};
+
+}  // namespace
+
+int pick_free_port(const std::string& addr) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) throw Error(concat("lockstep-run: socket: ", std::strerror(errno)));
+  sockaddr_in sa = {};
+  sa.sin_family = AF_INET;
+  sa.sin_port = 0;
+  if (inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) {
+    close(s);
+    throw Error(concat("lockstep-run: not an IPv4 address: '", addr, "'"));
+  }
+  socklen_t len = sizeof sa;
+  if (bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      getsockname(s, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    int e = errno;
+    close(s);
+    throw Error(concat("lockstep-run: cannot find a free port on ", addr, ": ", std::strerror(e)));
+  }
+  close(s);
+  return ntohs(sa.sin_port);
+}
+
+int run_launcher(const LaunchOptions& opt) {
+  ensure_std_fds_open();
+  std::vector<int> logs = open_logs(opt);
+  FdCloser closer{logs};
+  EnvMap base = current_environment();
+  if (should_note_omp(opt, base))
+    say("setting OMP_NUM_THREADS=1 for each rank so " + std::to_string(opt.nproc_per_node) +
+        " ranks do not oversubscribe the cores; set it yourself to tune it");
+  SignalPipe signals;
+  GroupContext ctx;
+  ctx.job_id = make_job_id();
+  for (int attempt = 0;; ++attempt) {
+    ctx.restart_count = attempt;
+    // A fresh free port each start: the previous group's port may linger in TIME_WAIT.
+    ctx.master_port = opt.master_port != 0 ? opt.master_port : pick_free_port("127.0.0.1");
+    if (attempt > 0) mark_restart_in_logs(logs, attempt);
+    Group group(opt, ctx, base, signals, logs);
+    AttemptResult res = group.run();
+    if (res.outcome == AttemptResult::Outcome::Success) {
+      if (attempt > 0) say(concat("all ranks succeeded after ", attempt, attempt == 1 ? " restart" : " restarts"));
+      return 0;
+    }
+    // A missing program or the user's Ctrl-C will not get better by restarting.
+    if (res.outcome != AttemptResult::Outcome::RankFailed) return res.exit_code;
+    if (attempt >= opt.max_restarts) {
+      if (opt.max_restarts > 0) say(concat("giving up after ", attempt, " restarts (--max-restarts ", opt.max_restarts, ")"));
+      return res.exit_code;
+    }
+    say(concat("restarting all ", opt.nproc_per_node, " ranks (restart ", attempt + 1, " of ", opt.max_restarts, ")"));
+  }
+}
+
+}  // namespace lockstep::launch

@@ -1,0 +1,77 @@
+// The torchrun environment contract for each rank.
+#include "lockstep/launch/rank_env.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+
+extern char** environ;
+
+namespace lockstep::launch {
+
+EnvMap current_environment() {
+  EnvMap env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv(*e);
+    std::size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    env.emplace(kv.substr(0, eq), kv.substr(eq + 1));  // first definition wins, as getenv
+  }
+  return env;
+}
+
+EnvMap rank_env(const LaunchOptions& opt, int local_rank, const GroupContext& group,
+                const EnvMap& base) {
+  EnvMap env = base;
+  const std::string restarts = std::to_string(group.restart_count);
+  env["RANK"] = std::to_string(opt.global_rank(local_rank));
+  env["LOCAL_RANK"] = std::to_string(local_rank);
+  env["WORLD_SIZE"] = std::to_string(opt.world_size());
+  env["LOCAL_WORLD_SIZE"] = std::to_string(opt.nproc_per_node);
+  env["GROUP_RANK"] = std::to_string(opt.node_rank);
+  env["GROUP_WORLD_SIZE"] = std::to_string(opt.nnodes);
+  // One role ("default") in a static launch: role ranks equal the global ones, as in torchrun.
+  env["ROLE_RANK"] = env["RANK"];
+  env["ROLE_WORLD_SIZE"] = env["WORLD_SIZE"];
+  env["MASTER_ADDR"] = opt.master_addr;
+  env["MASTER_PORT"] = std::to_string(group.master_port);
+  env["LOCKSTEP_LAUNCHER"] = "lockstep-run";
+  env["LOCKSTEP_JOB_ID"] = group.job_id;
+  env["LOCKSTEP_RESTART_COUNT"] = restarts;
+  env["LOCKSTEP_MAX_RESTARTS"] = std::to_string(opt.max_restarts);
+  env["TORCHELASTIC_RESTART_COUNT"] = restarts;
+  env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(opt.max_restarts);
+  env["TORCHELASTIC_RUN_ID"] = group.job_id;
+  if (base.find("OMP_NUM_THREADS") == base.end()) env["OMP_NUM_THREADS"] = "1";
+  return env;
+}
+
+bool should_note_omp(const LaunchOptions& opt, const EnvMap& base) {
+  return opt.nproc_per_node > 1 && base.find("OMP_NUM_THREADS") == base.end();
+}
+
+std::vector<std::string> to_envp(const EnvMap& env) {
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+std::string make_job_id() {
+  char host[HOST_NAME_MAX + 1] = {};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  std::string h;
+  // Keep only characters that are safe in a shm_open name and a file name.
+  for (const char* c = host; *c; ++c) {
+    bool ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-';
+    h.push_back(ok ? *c : '_');
+    if (h.size() >= 32) break;
+  }
+  if (h.empty()) h = "host";
+  auto start_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch()).count();
+  return h + "-" + std::to_string(getpid()) + "-" + std::to_string(start_ms);
+}
+
+}  // namespace lockstep::launch

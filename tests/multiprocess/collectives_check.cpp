@@ -1,0 +1,133 @@
+// Runs every collective on every dtype and size on the group that lockstep::init()
+// builds from the launch environment, against closed-form expected values.
+// Launched by ctest through lockstep-run (shm, gloo) or mpirun (mpi), world sizes 1-4.
+//
+// Rank r contributes (r+1) * f(i) with f(i) = i % 7 + 1: small integers, so every
+// sum, max, min and average below is exact in every dtype, uint8 and bfloat16 included.
+#include <lockstep/lockstep.h>
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace {
+
+using namespace lockstep;
+using comm::ReduceOp;
+
+int g_passed = 0;
+int g_failed = 0;
+
+at::Tensor f_times(double scale, int64_t n, int64_t offset, at::ScalarType t) {
+  auto i = at::arange(offset, offset + n, at::kLong);
+  return ((i.remainder(7) + 1).to(at::kDouble) * scale).to(t);
+}
+
+void expect(const std::string& what, const at::Tensor& got, const at::Tensor& want) {
+  const bool ok = got.numel() == want.numel() &&
+                  (got.numel() == 0 || at::equal(got.to(at::kDouble), want.to(at::kDouble)));
+  if (ok) {
+    ++g_passed;
+    return;
+  }
+  ++g_failed;
+  double diff = got.numel() == want.numel() && got.numel() > 0
+                    ? (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>()
+                    : -1;
+  std::fprintf(stderr, "FAIL %s: max |got - want| = %g (numel %lld vs %lld)\n", what.c_str(), diff,
+               (long long)got.numel(), (long long)want.numel());
+}
+
+void run_case(ProcessGroup& pg, at::ScalarType t, int64_t n) {
+  const int r = pg.rank();
+  const int p = pg.size();
+  const double tri = p * (p + 1) / 2.0;
+  const std::string tag = comm::dtype_name(t) + " n=" + std::to_string(n) + " ";
+
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min}) {
+    if (op == ReduceOp::Avg && !at::isFloatingType(t)) continue;
+    auto x = f_times(r + 1, n, 0, t);
+    pg.allreduce(x, {op})->wait();
+    const double scale = op == ReduceOp::Sum ? tri : op == ReduceOp::Avg ? tri / p
+                       : op == ReduceOp::Max ? p : 1;
+    expect(tag + "allreduce " + comm::reduce_op_name(op), x, f_times(scale, n, 0, t));
+  }
+
+  const int root = p - 1;
+  auto b = r == root ? f_times(root + 1, n, 0, t) : at::zeros({n}, t);
+  pg.broadcast(b, {root})->wait();
+  expect(tag + "broadcast", b, f_times(root + 1, n, 0, t));
+
+  auto in = f_times(r + 1, n, 0, t);
+  auto gathered = at::empty({n * p}, t);
+  pg.allgather(gathered, in)->wait();
+  std::vector<at::Tensor> parts;
+  for (int q = 0; q < p; ++q) parts.push_back(f_times(q + 1, n, 0, t));
+  expect(tag + "allgather", gathered, at::cat(parts));
+
+  auto big = f_times(r + 1, n * p, 0, t);
+  auto mine = at::empty({n}, t);
+  pg.reduce_scatter(mine, big)->wait();
+  expect(tag + "reduce_scatter", mine, f_times(tri, n, int64_t(r) * n, t));
+
+  auto a2a = at::empty({n * p}, t);
+  pg.alltoall(a2a, big)->wait();
+  parts.clear();
+  for (int q = 0; q < p; ++q) parts.push_back(f_times(q + 1, n, int64_t(r) * n, t));
+  expect(tag + "alltoall", a2a, at::cat(parts));
+
+  if (p > 1) {  // a ring; even ranks send first so blocking sends pair up
+    const int next = (r + 1) % p, prev = (r + p - 1) % p;
+    auto out = f_times(r + 1, n, 0, t);
+    auto got = at::zeros({n}, t);
+    if (r % 2 == 0) {
+      pg.send(out, next, {7});
+      pg.recv(got, prev, {7})->wait();
+    } else {
+      pg.recv(got, prev, {7})->wait();
+      pg.send(out, next, {7})->wait();
+    }
+    expect(tag + "send/recv", got, f_times(prev + 1, n, 0, t));
+  }
+  pg.barrier()->wait();
+}
+
+// Ranks disagree on the size of one allreduce: every rank must raise Mismatch.
+int run_mismatch(ProcessGroup& pg) {
+  auto x = at::ones({1000 + pg.rank()}, at::kFloat);
+  try {
+    pg.allreduce(x)->wait();
+  } catch (const CommError& e) {
+    if (e.kind() == CommError::Kind::Mismatch) {
+      std::printf("rank %d raised as expected: %s\n", pg.rank(), e.what());
+      std::printf("1 passed, 0 failed\n");
+      return 0;
+    }
+    std::fprintf(stderr, "rank %d raised the wrong kind: %s\n", pg.rank(), e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "rank %d: mismatched allreduce did not raise\n", pg.rank());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    auto pg = lockstep::init();
+    if (argc > 1 && std::strcmp(argv[1], "--mismatch") == 0) return run_mismatch(*pg);
+    const at::ScalarType types[] = {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf,
+                                    at::kInt, at::kLong, at::kByte};
+    for (int64_t n : {0L, 1L, 1000L, 1L << 20})
+      for (auto t : types) run_case(*pg, t, n);
+    std::printf("rank %d/%d [%s]: %d passed, %d failed\n", pg->rank(), pg->size(),
+                pg->backend_name().c_str(), g_passed, g_failed);
+    if (pg->rank() == 0) std::printf("%d passed, %d failed\n", g_passed, g_failed);
+    return g_failed == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "collectives_check: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,116 @@
+// LaunchEnv: reading torchrun, OpenMPI and Slurm environments; errors name the variable.
+#include <lockstep/comm/init.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <initializer_list>
+#include <string>
+#include <utility>
+
+namespace {
+
+using lockstep::ConfigError;
+using lockstep::comm::LaunchEnv;
+
+const char* kVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                       "MASTER_PORT", "LOCKSTEP_LAUNCHER", "LOCKSTEP_JOB_ID",
+                       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                       "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "SLURM_PROCID", "SLURM_NTASKS",
+                       "SLURM_LOCALID", "SLURM_NNODES", "SLURM_NTASKS_PER_NODE", "SLURM_JOB_ID",
+                       "SLURM_LAUNCH_NODE_IPADDR"};
+
+class EnvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* v : kVars) unsetenv(v);
+  }
+  void TearDown() override { SetUp(); }
+  void set(std::initializer_list<std::pair<const char*, const char*>> kv) {
+    for (auto& [k, v] : kv) setenv(k, v, 1);
+  }
+};
+
+TEST_F(EnvTest, NoEnvironmentIsAWorldOfOne) {
+  auto e = LaunchEnv::from_environment();
+  EXPECT_EQ(e.rank, 0);
+  EXPECT_EQ(e.world_size, 1);
+  EXPECT_EQ(e.launcher, "none");
+  EXPECT_TRUE(e.single_node());
+}
+
+TEST_F(EnvTest, TorchrunContract) {
+  set({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+       {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "1234"}});
+  auto e = LaunchEnv::from_environment();
+  EXPECT_EQ(e.rank, 3);
+  EXPECT_EQ(e.world_size, 4);
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.local_world_size, 2);
+  EXPECT_EQ(e.master_addr, "node0");
+  EXPECT_EQ(e.master_port, 1234);
+  EXPECT_EQ(e.launcher, "torchrun");
+  EXPECT_FALSE(e.single_node());
+}
+
+TEST_F(EnvTest, OpenMpiContract) {
+  set({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  auto e = LaunchEnv::from_environment();
+  EXPECT_EQ(e.launcher, "mpirun");
+  EXPECT_EQ(e.rank, 1);
+  EXPECT_EQ(e.world_size, 2);
+  EXPECT_TRUE(e.single_node());
+}
+
+TEST_F(EnvTest, SlurmContract) {
+  set({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}, {"SLURM_NNODES", "2"},
+       {"SLURM_JOB_ID", "777"}, {"SLURM_LAUNCH_NODE_IPADDR", "10.1.2.3"}});
+  auto e = LaunchEnv::from_environment();
+  EXPECT_EQ(e.launcher, "slurm");
+  EXPECT_EQ(e.rank, 5);
+  EXPECT_EQ(e.world_size, 8);
+  EXPECT_EQ(e.local_world_size, 4);
+  EXPECT_EQ(e.master_addr, "10.1.2.3");
+  EXPECT_EQ(e.job_id, "slurm-777");
+  EXPECT_GE(e.master_port, 29500);
+}
+
+TEST_F(EnvTest, BadValuesNameTheVariable) {
+  set({{"RANK", "abc"}, {"WORLD_SIZE", "2"}});
+  try {
+    LaunchEnv::from_environment();
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("RANK='abc'"), std::string::npos) << e.what();
+  }
+  set({{"RANK", "2"}, {"WORLD_SIZE", "2"}});
+  EXPECT_THROW(LaunchEnv::from_environment(), ConfigError);
+  set({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}});
+  EXPECT_THROW(LaunchEnv::from_environment(), ConfigError);
+  unsetenv("WORLD_SIZE");
+  unsetenv("MASTER_PORT");
+  try {
+    LaunchEnv::from_environment();
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("WORLD_SIZE"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(EnvTest, AutoBackendChoice) {
+  using lockstep::comm::resolve_backend;
+  LaunchEnv one_node;
+  one_node.world_size = one_node.local_world_size = 2;
+  EXPECT_EQ(resolve_backend("auto", one_node), "shm");
+  LaunchEnv two_nodes = one_node;
+  two_nodes.world_size = 4;
+  EXPECT_EQ(resolve_backend("auto", two_nodes), "gloo");
+  EXPECT_EQ(resolve_backend("gloo", one_node), "gloo");
+  EXPECT_THROW(resolve_backend("nccl2", one_node), ConfigError);
+  setenv("LOCKSTEP_BACKEND", "gloo", 1);
+  EXPECT_EQ(resolve_backend("auto", one_node), "gloo");
+  unsetenv("LOCKSTEP_BACKEND");
+}
+
+}  // namespace

@@ -1,0 +1,156 @@
+// ProcessGroup front end over scripted in-process backends: validation on the
+// caller's thread, ordering, avg, error context, broken groups, bounded waits.
+#include <lockstep/comm/process_group.h>
+
+#include "comm/validate.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+namespace {
+
+using namespace lockstep;
+using namespace lockstep::comm;
+
+// A world of `size` where this rank sees every other rank holding the same tensor.
+class MirrorBackend : public Backend {
+ public:
+  explicit MirrorBackend(int size = 2) : size_(size) {}
+  std::string name() const override { return "mirror"; }
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  bool checks_descriptors() const override { return true; }
+  void allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) override {
+    EXPECT_NE(op, ReduceOp::Avg);
+    order.push_back(ctx.desc.seq);
+    if (op == ReduceOp::Sum) t.mul_(size_);
+    if (fail_next) {
+      fail_next = false;
+      throw std::runtime_error("wire fell out");
+    }
+    if (block_next) {
+      block_next = false;
+      while (!aborted) std::this_thread::sleep_for(Millis(5));
+    }
+  }
+  void broadcast(at::Tensor&, int, const OpContext&) override {}
+  void allgather(at::Tensor& out, const at::Tensor& in, const OpContext&) override {
+    for (int r = 0; r < size_; ++r) out.narrow(0, r * in.numel(), in.numel()).copy_(in);
+  }
+  void reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp, const OpContext&) override {
+    out.copy_(in.narrow(0, 0, out.numel()) * size_);
+  }
+  void alltoall(at::Tensor& out, const at::Tensor& in, const OpContext&) override { out.copy_(in); }
+  void send(const at::Tensor&, int, int, const OpContext&) override {}
+  void recv(at::Tensor&, int, int, const OpContext&) override {}
+  void barrier(const OpContext&) override {}
+  void abort() noexcept override { aborted = true; }
+
+  int size_;
+  std::vector<uint64_t> order;
+  bool fail_next = false;
+  bool block_next = false;
+  std::atomic<bool> aborted{false};
+};
+
+TEST(ProcessGroup, SumAndAvgAndOrder) {
+  auto owned = std::make_unique<MirrorBackend>(4);
+  auto* b = owned.get();
+  ProcessGroup pg(std::move(owned));
+  auto x = at::full({10}, 3.0);
+  auto y = at::full({10}, 3.0);
+  auto w1 = pg.allreduce(x);
+  auto w2 = pg.allreduce(y, {ReduceOp::Avg});
+  w1->wait();
+  w2->wait();
+  EXPECT_TRUE(at::allclose(x, at::full({10}, 12.0)));
+  EXPECT_TRUE(at::allclose(y, at::full({10}, 3.0)));
+  EXPECT_EQ(b->order, (std::vector<uint64_t>{1, 2}));
+  EXPECT_TRUE(w1->is_completed());
+  EXPECT_EQ(w2->desc().seq, 2u);
+}
+
+TEST(ProcessGroup, ValidatesOnTheCallersThread) {
+  ProcessGroup pg(std::make_unique<MirrorBackend>(2));
+  auto strided = at::ones({4, 4}).t();
+  EXPECT_THROW(pg.allreduce(strided), InvalidArgument);
+  auto b = at::ones({4}, at::kBool);
+  EXPECT_THROW(pg.allreduce(b), InvalidArgument);
+  auto i = at::ones({4}, at::kInt);
+  EXPECT_THROW(pg.allreduce(i, {ReduceOp::Avg}), InvalidArgument);
+  auto in = at::ones({4});
+  auto wrong = at::empty({7});
+  EXPECT_THROW(pg.allgather(wrong, in), InvalidArgument);
+  EXPECT_THROW(pg.reduce_scatter(in, wrong), InvalidArgument);
+  auto dbl = at::empty({8}, at::kDouble);
+  EXPECT_THROW(pg.allgather(dbl, in), InvalidArgument);
+  EXPECT_THROW(pg.broadcast(in, {5}), InvalidArgument);
+  EXPECT_THROW(pg.send(in, 0), InvalidArgument);  // to itself
+  auto odd = at::ones({5});
+  auto odd_out = at::empty({5});
+  EXPECT_THROW(pg.alltoall(odd_out, odd), InvalidArgument);
+}
+
+TEST(ProcessGroup, FailureCarriesContextAndBreaksTheGroup) {
+  auto owned = std::make_unique<MirrorBackend>(2);
+  owned->fail_next = true;
+  ProcessGroup pg(std::move(owned));
+  auto x = at::ones({1000});
+  auto w = pg.allreduce(x);
+  try {
+    w->wait();
+    FAIL() << "expected CommError";
+  } catch (const CommError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.kind(), CommError::Kind::Failed);
+    EXPECT_EQ(e.context().seq, 1u);
+    EXPECT_EQ(e.context().numel, 1000);
+    EXPECT_NE(msg.find("rank 0/2"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("allreduce #1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("1000 elements float32"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("wire fell out"), std::string::npos) << msg;
+  }
+  auto y = at::ones({3});
+  EXPECT_THROW(pg.allreduce(y)->wait(), CommError);  // broken: fails at once with the cause
+}
+
+TEST(ProcessGroup, WaitIsBoundedByTheTimeout) {
+  auto owned = std::make_unique<MirrorBackend>(2);
+  owned->block_next = true;  // a backend that never reports (e.g. stuck in a blocking call)
+  ProcessGroup pg(std::move(owned));
+  auto x = at::ones({8});
+  const auto t0 = Clock::now();
+  auto w = pg.allreduce(x, {ReduceOp::Sum, Millis(200)});
+  try {
+    w->wait();
+    FAIL() << "expected a timeout";
+  } catch (const CommError& e) {
+    EXPECT_EQ(e.kind(), CommError::Kind::Timeout);
+    EXPECT_NE(std::string(e.what()).find("timeout"), std::string::npos) << e.what();
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_LT(s, 10.0);
+}
+
+TEST(ProcessGroup, DescriptorCheckNamesTheDifferingRank) {
+  // Without backend-side checks the group allgathers descriptors; the mirror backend
+  // returns ours for every rank, so a consistent op passes.
+  struct Unchecked : MirrorBackend {
+    bool checks_descriptors() const override { return false; }
+  };
+  ProcessGroup pg(std::make_unique<Unchecked>());
+  auto x = at::ones({5});
+  EXPECT_NO_THROW(pg.allreduce(x)->wait());
+  OpDesc a{OpKind::Allreduce, 4, 1000, at::kFloat, ReduceOp::Sum, -1, 0};
+  OpDesc b = a;
+  b.numel = 999;
+  EXPECT_EQ(describe_mismatch(0, a, 1, b),
+            "allreduce #4: rank 0 issued allreduce of 1000 float32 elements (sum), rank 1 issued "
+            "allreduce of 999 float32 elements (sum)");
+}
+
+}  // namespace
+

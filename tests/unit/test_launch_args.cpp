@@ -1,0 +1,180 @@
+// Unit tests for lockstep-run's pure parts: argument parsing, the rank environment,
+// exit-status wording and line splitting. No process is spawned here.
+#include <sys/wait.h>
+
+#include <csignal>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "lockstep/launch/exit_status.h"
+#include "lockstep/launch/launcher.h"
+#include "lockstep/launch/line_buffer.h"
+#include "lockstep/launch/options.h"
+#include "lockstep/launch/rank_env.h"
+
+using namespace lockstep::launch;
+using Args = std::vector<std::string>;
+
+namespace {
+
+// The UsageError message for args, or "" when they parse.
+std::string usage_error(const Args& args) {
+  try {
+    parse_args(args);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(LaunchArgs, Defaults) {
+  LaunchOptions o = parse_args({"./train"});
+  EXPECT_EQ(o.nproc_per_node, 1);
+  EXPECT_EQ(o.nnodes, 1);
+  EXPECT_EQ(o.node_rank, 0);
+  EXPECT_EQ(o.master_addr, "127.0.0.1");
+  EXPECT_EQ(o.master_port, 29500);
+  EXPECT_EQ(o.max_restarts, 0);
+  EXPECT_DOUBLE_EQ(o.grace_seconds, 5.0);
+  EXPECT_TRUE(o.log_dir.empty());
+  EXPECT_FALSE(o.help);
+  EXPECT_EQ(o.program, Args{"./train"});
+}
+
+TEST(LaunchArgs, BothSpellingsOfValues) {
+  LaunchOptions o = parse_args({"--nproc-per-node", "4", "--nnodes=2", "--node-rank", "1",
+                                "--master-addr=10.0.0.1", "--master-port", "1234", "--log-dir=logs",
+                                "--max-restarts", "3", "--grace-seconds=0.5", "prog"});
+  EXPECT_EQ(o.nproc_per_node, 4);
+  EXPECT_EQ(o.nnodes, 2);
+  EXPECT_EQ(o.node_rank, 1);
+  EXPECT_EQ(o.master_addr, "10.0.0.1");
+  EXPECT_EQ(o.master_port, 1234);
+  EXPECT_EQ(o.log_dir, "logs");
+  EXPECT_EQ(o.max_restarts, 3);
+  EXPECT_DOUBLE_EQ(o.grace_seconds, 0.5);
+  EXPECT_EQ(o.world_size(), 8);
+  EXPECT_EQ(o.global_rank(3), 7);
+}
+
+TEST(LaunchArgs, TorchrunUnderscoreAliases) {
+  LaunchOptions o = parse_args({"--nproc_per_node=2", "--master_port", "0", "prog"});
+  EXPECT_EQ(o.nproc_per_node, 2);
+  EXPECT_EQ(o.master_port, 0);
+}
+
+TEST(LaunchArgs, OptionsEndAtProgramOrDoubleDash) {
+  LaunchOptions o = parse_args({"--nproc-per-node", "2", "./train", "--nproc-per-node", "9", "--lr=3"});
+  EXPECT_EQ(o.nproc_per_node, 2);
+  EXPECT_EQ(o.program, (Args{"./train", "--nproc-per-node", "9", "--lr=3"}));
+  o = parse_args({"--", "--weird-program-name", "x"});
+  EXPECT_EQ(o.program, (Args{"--weird-program-name", "x"}));
+}
+
+TEST(LaunchArgs, Help) {
+  EXPECT_TRUE(parse_args({"--help"}).help);
+  EXPECT_TRUE(parse_args({"-h"}).help);
+  EXPECT_NE(usage_text().find("--nproc-per-node"), std::string::npos);
+}
+
+TEST(LaunchArgs, ErrorsNameTheFlag) {
+  EXPECT_NE(usage_error({"--bogus", "prog"}).find("'--bogus'"), std::string::npos);
+  EXPECT_NE(usage_error({"--bogus=1", "prog"}).find("'--bogus'"), std::string::npos);
+  EXPECT_NE(usage_error({"--nproc-per-node", "0", "p"}).find("--nproc-per-node expects a positive integer"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--nproc-per-node", "2x", "p"}).find("got '2x'"), std::string::npos);
+  EXPECT_NE(usage_error({"--nproc-per-node", "", "p"}).find("--nproc-per-node"), std::string::npos);
+  EXPECT_NE(usage_error({"--master-port", "70000", "p"}).find("--master-port"), std::string::npos);
+  EXPECT_NE(usage_error({"--master-port", "-1", "p"}).find("--master-port"), std::string::npos);
+  EXPECT_NE(usage_error({"--grace-seconds", "-1", "p"}).find("--grace-seconds"), std::string::npos);
+  EXPECT_NE(usage_error({"--grace-seconds", "nan", "p"}).find("--grace-seconds"), std::string::npos);
+  EXPECT_NE(usage_error({"--max-restarts", "-2", "p"}).find("--max-restarts"), std::string::npos);
+  EXPECT_NE(usage_error({"--nproc-per-node"}).find("--nproc-per-node requires a value"), std::string::npos);
+  EXPECT_NE(usage_error({"--nnodes", "2", "--node-rank", "2", "p"}).find("--node-rank"), std::string::npos);
+  EXPECT_NE(usage_error({"--nproc-per-node", "2"}).find("missing PROGRAM"), std::string::npos);
+}
+
+TEST(LaunchArgs, FreePortOnlyOnOneNode) {
+  EXPECT_EQ(usage_error({"--master-port", "0", "p"}), "");
+  std::string err = usage_error({"--nnodes", "2", "--master-port", "0", "p"});
+  EXPECT_NE(err.find("--master-port 0"), std::string::npos) << err;
+  EXPECT_NE(err.find("--nnodes"), std::string::npos) << err;
+}
+
+TEST(LaunchEnv, TorchrunContract) {
+  LaunchOptions o = parse_args({"--nproc-per-node", "4", "--nnodes", "3", "--node-rank", "2",
+                                "--master-addr", "host0", "--max-restarts", "2", "p"});
+  GroupContext g{"job-1", 4242, 1};
+  EnvMap env = rank_env(o, 3, g, {{"PATH", "/bin"}, {"RANK", "stale"}});
+  EXPECT_EQ(env["RANK"], "11");
+  EXPECT_EQ(env["LOCAL_RANK"], "3");
+  EXPECT_EQ(env["WORLD_SIZE"], "12");
+  EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "4");
+  EXPECT_EQ(env["GROUP_RANK"], "2");
+  EXPECT_EQ(env["GROUP_WORLD_SIZE"], "3");
+  EXPECT_EQ(env["MASTER_ADDR"], "host0");
+  EXPECT_EQ(env["MASTER_PORT"], "4242");
+  EXPECT_EQ(env["LOCKSTEP_LAUNCHER"], "lockstep-run");
+  EXPECT_EQ(env["LOCKSTEP_JOB_ID"], "job-1");
+  EXPECT_EQ(env["LOCKSTEP_RESTART_COUNT"], "1");
+  EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "1");
+  EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "2");
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
+  EXPECT_EQ(env["PATH"], "/bin");  // the rest of the environment passes through
+}
+
+TEST(LaunchEnv, UserOmpSettingWins) {
+  LaunchOptions o = parse_args({"--nproc-per-node", "2", "p"});
+  EnvMap base{{"OMP_NUM_THREADS", "4"}};
+  EXPECT_EQ(rank_env(o, 0, {"j", 1, 0}, base)["OMP_NUM_THREADS"], "4");
+  EXPECT_FALSE(should_note_omp(o, base));
+  EXPECT_TRUE(should_note_omp(o, {}));
+  EXPECT_FALSE(should_note_omp(parse_args({"p"}), {}));  // one rank: no note, as torchrun
+}
+
+TEST(LaunchEnv, EnvpAndJobId) {
+  EXPECT_EQ(to_envp({{"A", "1"}, {"B", "x=y"}}), (Args{"A=1", "B=x=y"}));
+  std::string id = make_job_id();
+  EXPECT_NE(id.find('-'), std::string::npos);
+  EXPECT_EQ(id.find('/'), std::string::npos);  // usable inside a shm_open name
+  EXPECT_FALSE(current_environment().empty());
+}
+
+TEST(LaunchStatus, Wording) {
+  EXPECT_EQ(describe_wait_status(3 << 8), "exited with code 3");  // W_EXITCODE(3, 0)
+  EXPECT_EQ(describe_wait_status(SIGKILL), "killed by signal 9 (SIGKILL)");
+  EXPECT_EQ(exit_code_of(3 << 8), 3);
+  EXPECT_EQ(exit_code_of(SIGKILL), 137);
+  EXPECT_TRUE(succeeded(0));
+  EXPECT_FALSE(succeeded(SIGTERM));
+  EXPECT_EQ(signal_name(SIGSEGV), "SIGSEGV");
+  EXPECT_EQ(signal_name(63), "SIG63");
+}
+
+TEST(LaunchOutput, LineSplitting) {
+  LineBuffer b;
+  EXPECT_TRUE(b.feed("ab", 2).empty());
+  EXPECT_EQ(b.feed("c\nd\n\ne", 6), (Args{"abc", "d", ""}));
+  std::string rest;
+  ASSERT_TRUE(b.flush(&rest));
+  EXPECT_EQ(rest, "e");
+  EXPECT_FALSE(b.flush(&rest));
+  std::string huge(LineBuffer::kMaxLine + 10, 'x');
+  EXPECT_EQ(b.feed(huge.data(), huge.size()).size(), 1u);  // bounded memory for endless lines
+}
+
+TEST(LaunchOutput, TailKeepsLastLines) {
+  TailBuffer t(2);
+  for (const char* s : {"1", "2", "3"}) t.push(s);
+  EXPECT_EQ(std::vector<std::string>(t.lines().begin(), t.lines().end()), (Args{"2", "3"}));
+}
+
+TEST(LaunchPort, PicksANonZeroPort) {
+  int p = pick_free_port();
+  EXPECT_GT(p, 0);
+  EXPECT_LT(p, 65536);
+}
