@@ -151,17 +151,15 @@ MpiBackend::MpiBackend(const LaunchEnv& env, Millis timeout) {
 
 MpiBackend::~MpiBackend() {
   std::lock_guard<std::mutex> g(call_lock());
-  if (mpi::is_finalized()) {
-    for (auto& a : abandoned_) new std::vector<at::Tensor>(std::move(a.keep));  // see top
+  if (!mpi::is_finalized()) reap_abandoned_locked();
+  if (!abandoned_.empty()) {
+    // A collective's request may be neither freed nor cancelled (MPI 3.1, 5.12), and
+    // the communicator must outlive it: leak both, and keep the buffers MPI may still
+    // write alive. The group is broken anyway; MPI_Finalize reclaims the rest.
+    for (auto& a : abandoned_) new std::vector<at::Tensor>(std::move(a.keep));
     return;
   }
-  reap_abandoned_locked();
-  // MPI may still write into these after we are gone: keep them alive forever.
-  for (auto& a : abandoned_) {
-    MPI_Request_free(&a.req);
-    new std::vector<at::Tensor>(std::move(a.keep));
-  }
-  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (comm_ != MPI_COMM_NULL && !mpi::is_finalized()) MPI_Comm_free(&comm_);
 }
 
 MpiBackend::Where MpiBackend::where(const OpContext& ctx, int peer) const {
@@ -215,7 +213,7 @@ void MpiBackend::reap_abandoned_locked() {
 void MpiBackend::run(const Where& w, const char* call,
                      const std::function<int(MPI_Request*)>& start, std::vector<at::Tensor> keep,
                      bool cancellable, MPI_Status* status) {
-  if (aborted_) fail(CommError::Kind::Aborted, w, "the group was aborted");
+  if (aborted_) fail(CommError::Kind::Aborted, w, "the group is being torn down (abort())");
   MPI_Request req = MPI_REQUEST_NULL;
   MPI_Status local_status;
   MPI_Status* st = status ? status : &local_status;
@@ -249,11 +247,11 @@ void MpiBackend::run(const Where& w, const char* call,
         MPI_Test(&req, &gone, MPI_STATUS_IGNORE);
         if (!gone) abandoned_.push_back({req, std::move(keep)});
       }
-      if (aborted) fail(CommError::Kind::Aborted, w, "the group was aborted");
+      if (aborted) fail(CommError::Kind::Aborted, w, "the group is being torn down (abort())");
       fail(CommError::Kind::Timeout, w,
-           w.peer >= 0 ? detail::concat("timed out waiting for rank ", w.peer, " (", call, ")")
-                       : detail::concat("timed out: not every rank reached this ", w.op, " (",
-                                        call, ")"));
+           w.peer >= 0 ? detail::concat("rank ", w.peer, " did not take part (", call, " still pending)")
+                       : detail::concat("not every rank reached this ", w.op, " (", call,
+                                        " still pending)"));
     }
     backoff.pause();
   }
