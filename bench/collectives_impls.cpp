@@ -133,7 +133,12 @@ class C10dGloo : public Base {
       std::vector<at::Tensor> v{in};
       pg_->allreduce(v)->wait();
     } else {
-      pg_->_allgather_base(out, in)->wait();
+      // torch.distributed.all_gather: Gloo in 1.13 has no all_gather_into_tensor.
+      const int p = control_.size();
+      std::vector<std::vector<at::Tensor>> outs(1);
+      for (int r = 0; r < p; ++r) outs[0].push_back(out.narrow(0, r * in.numel(), in.numel()));
+      std::vector<at::Tensor> ins{in};
+      pg_->allgather(outs, ins)->wait();
     }
   }
   c10::intrusive_ptr<c10d::Store> store_;

@@ -8,3 +8,4 @@
 #include <lockstep/comm/process_group.h>
 #include <lockstep/comm/types.h>
 #include <lockstep/comm/work.h>
+#include <lockstep/ddp/ddp.h>

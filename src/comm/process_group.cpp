@@ -224,4 +224,13 @@ WorkPtr ProcessGroup::barrier(const BarrierOptions& o) {
   return enqueue(d, resolve(o.timeout), [this](const OpContext& ctx) { backend_->barrier(ctx); });
 }
 
+WorkPtr ProcessGroup::run_composite(int64_t numel, at::ScalarType dtype,
+                                    std::function<void(Backend&, const OpContext&)> body,
+                                    Millis timeout) {
+  OpDesc d{OpKind::Composite, 0, numel, dtype, ReduceOp::Sum, -1, 0};
+  return enqueue(d, resolve(timeout), [this, body = std::move(body)](const OpContext& ctx) {
+    body(*backend_, ctx);
+  });
+}
+
 }  // namespace lockstep::comm

@@ -22,6 +22,7 @@ const char* op_kind_name(OpKind k) {
     case OpKind::Send: return "send";
     case OpKind::Recv: return "recv";
     case OpKind::Barrier: return "barrier";
+    case OpKind::Composite: return "composite";
   }
   return "?";
 }

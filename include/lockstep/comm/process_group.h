@@ -62,6 +62,16 @@ class ProcessGroup {
   WorkPtr recv(at::Tensor& t, int src, const RecvOptions& o = {});
   WorkPtr barrier(const BarrierOptions& o = {});
 
+  // A collective composed of several backend calls (e.g. the compressed allreduce:
+  // alltoall, local work, allgather). `body` runs on the comm thread as ONE operation:
+  // one sequence number, one descriptor check of (numel, dtype), and its steps stay in
+  // the same order on every rank however callers' threads interleave. Each step calls
+  // the backend directly with step_context(ctx, ...). Every rank must pass the same
+  // numel and dtype.
+  WorkPtr run_composite(int64_t numel, at::ScalarType dtype,
+                        std::function<void(Backend&, const OpContext&)> body,
+                        Millis timeout = Millis(0));
+
   // The backend, for code that needs transport-specific calls. Not thread-safe.
   Backend& backend() { return *backend_; }
 

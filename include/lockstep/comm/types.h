@@ -47,7 +47,7 @@ struct BarrierOptions {
 };
 
 enum class OpKind : int {
-  Allreduce = 1, Broadcast, Allgather, ReduceScatter, Alltoall, Send, Recv, Barrier
+  Allreduce = 1, Broadcast, Allgather, ReduceScatter, Alltoall, Send, Recv, Barrier, Composite
 };
 const char* op_kind_name(OpKind k);
 
@@ -69,6 +69,17 @@ struct OpContext {
   Clock::time_point deadline;
   Millis timeout{0};
 };
+
+// The context of one step of a composite collective (ProcessGroup::run_composite): same
+// sequence number and deadline, the step's own kind, size and dtype.
+inline OpContext step_context(const OpContext& whole, OpKind kind, int64_t numel,
+                              at::ScalarType dtype) {
+  OpContext c = whole;
+  c.desc.kind = kind;
+  c.desc.numel = numel;
+  c.desc.dtype = dtype;
+  return c;
+}
 
 // dtypes every backend supports.
 bool is_supported_dtype(at::ScalarType t);

@@ -79,9 +79,12 @@ class GlooBackend final : public Backend {
 
   void allgather(at::Tensor& out, const at::Tensor& in, const OpContext& ctx) override {
     if (in.numel() == 0) return;
+    // libtorch 1.13's Gloo has no _allgather_base: gather into views of the flat output.
     auto o = movable(out);
-    auto i = movable(in);
-    finish(pg_->_allgather_base(o, i), ctx);
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (int r = 0; r < size_; ++r) outs[0].push_back(o.narrow(0, r * in.numel(), in.numel()));
+    std::vector<at::Tensor> ins{movable(in)};
+    finish(pg_->allgather(outs, ins), ctx);
   }
 
   void reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp op,

@@ -9,6 +9,8 @@
 // or element count is a Mismatch, raised instead of delivering wrong data.
 #include "comm/shm/shm_backend.h"
 
+#include <lockstep/error.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -67,6 +69,8 @@ OpDesc p2p_desc(const OpContext& ctx, OpKind kind, const at::Tensor& t, int peer
 }  // namespace
 
 void ShmBackend::send(const at::Tensor& t, int dst, int tag, const OpContext& ctx) {
+  LOCKSTEP_CHECK(dst >= 0 && dst < size_ && dst != rank_, "send to rank ", dst, " from rank ",
+                 rank_, " of ", size_);
   Waiter w = make_waiter(ctx, p2p_desc(ctx, OpKind::Send, t, dst, tag));
   w.raise_if_failed();
   WireDesc h;
@@ -83,6 +87,8 @@ void ShmBackend::send(const at::Tensor& t, int dst, int tag, const OpContext& ct
 }
 
 void ShmBackend::recv(at::Tensor& t, int src, int tag, const OpContext& ctx) {
+  LOCKSTEP_CHECK(src >= 0 && src < size_ && src != rank_, "recv from rank ", src, " at rank ",
+                 rank_, " of ", size_);
   Waiter w = make_waiter(ctx, p2p_desc(ctx, OpKind::Recv, t, src, tag));
   w.raise_if_failed();
   ChannelCtl& ctl = seg_.channel_ctl(src, rank_);

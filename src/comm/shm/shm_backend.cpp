@@ -121,7 +121,14 @@ void ShmBackend::rendezvous(const StorePtr& store, const std::string& prefix, Mi
   SegmentConfig cfg{size_, options_.buffer_bytes, options_.channel_bytes};
   if (rank_ == 0) {
     name = segment_name(prefix);
-    seg_ = Segment::create(name, cfg);
+    try {
+      seg_ = Segment::create(name, cfg);
+    } catch (const std::exception& e) {
+      // Tell the others now rather than letting them wait out the timeout.
+      const std::string v = std::string("!") + e.what();
+      store->set(seg_key, std::vector<uint8_t>(v.begin(), v.end()));
+      throw;
+    }
     const std::string v = detail::concat(name, " ", cfg.buffer_bytes, " ", cfg.channel_bytes);
     store->set(seg_key, std::vector<uint8_t>(v.begin(), v.end()));
   } else {
@@ -131,7 +138,10 @@ void ShmBackend::rendezvous(const StorePtr& store, const std::string& prefix, Mi
       throw fail(detail::concat("rank 0 never published the shm segment: ", e.what()));
     }
     const std::vector<uint8_t> raw = store->get(seg_key);
-    std::istringstream is(std::string(raw.begin(), raw.end()));
+    const std::string value(raw.begin(), raw.end());
+    if (!value.empty() && value[0] == '!')
+      throw fail("rank 0 could not create the shm segment: " + value.substr(1));
+    std::istringstream is(value);
     is >> name >> cfg.buffer_bytes >> cfg.channel_bytes;  // rank 0's settings win
     options_.buffer_bytes = cfg.buffer_bytes;
     options_.channel_bytes = cfg.channel_bytes;

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -22,6 +23,16 @@ WaitPolicy WaitPolicy::for_group(int local_ranks) {
     // A spinning waiter would steal the core of the rank it waits for.
     p.spin_iters = 0;
     p.yield_window = std::chrono::microseconds(100);
+  }
+  // LOCKSTEP_SHM_SPIN=<iterations> overrides (0: never spin, e.g. on a busy shared host).
+  if (const char* v = std::getenv("LOCKSTEP_SHM_SPIN"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < 0 || n > 100000000)
+      throw ConfigError(detail::concat("LOCKSTEP_SHM_SPIN=", v,
+                                       ": expected a spin iteration count >= 0"));
+    p.spin_iters = static_cast<int>(n);
+    if (n == 0) p.yield_window = std::chrono::microseconds(100);
   }
   return p;
 }
@@ -76,7 +87,9 @@ bool Waiter::detect_failure(Clock::time_point now, int peer, bool full) {
             ? detail::concat("the group was aborted (by rank ", f.by_rank, ")")
             : detail::concat("rank ", f.by_rank, " failed: ", CommError::kind_name(f.kind),
                              f.peer >= 0 ? detail::concat(" (rank ", f.peer, ")") : "");
-    if (f.peer < 0 && f.by_rank != rank_) pending_.peer = f.by_rank;
+    // From our side, the rank that failed us is the one at fault, or else the one
+    // that gave up (when we ourselves are "at fault", e.g. we arrived too late).
+    if ((f.peer < 0 || f.peer == rank_) && f.by_rank != rank_) pending_.peer = f.by_rank;
     return true;
   }
   if (local_abort_.load(std::memory_order_acquire)) {

@@ -1,0 +1,107 @@
+// lockstep/compress/compressed_allreduce.h: QSGD scatter-reduce-allgather on any backend.
+//
+// Algorithm (P ranks; built only on ProcessGroup::alltoall / allgather / allreduce, so it
+// runs on shm, gloo and mpi alike):
+//   1. The compressed layers' buckets are split into P contiguous parts of about equal
+//      element count, on bucket boundaries; rank r owns part r.
+//   2. Each rank encodes every part it does not own (quantization #1) and an alltoall
+//      delivers to each owner the P-1 compressed copies of its part.
+//   3. The owner adds the decoded copies to its own EXACT values (float32 accumulation),
+//      divides by P when averaging, encodes the result once (quantization #2), and decodes
+//      those bytes into its own buffer as well.
+//   4. An allgather sends the owner's bytes to all; every rank decodes every part with the
+//      same code on the same bytes, so all replicas end bit-identical.
+// Every value is thus quantized exactly twice whatever P is. Layers the policy leaves
+// uncompressed go in one plain allreduce issued first (it overlaps the encoding). World
+// size 1 moves nothing and changes nothing (beyond the NaN/Inf check and averaging by 1).
+//
+// Bytes a rank sends per call, n compressed values, b bits, bucket B:
+//   about 2 (P-1)/P * n * (b/8 + 8/B)   vs   2 (P-1)/P * 4 n uncompressed float32.
+//
+// NaN/Inf: a non-finite value anywhere makes run() throw NonFiniteGradient naming the
+// (first) affected layer on EVERY rank, after all collectives completed, so no rank is left
+// waiting. The buffer then holds NaNs in that layer.
+//
+// Error feedback (QsgdOptions::error_feedback): the residual of both quantizations a rank
+// performs is kept (float32, one per element) and added to the next call's input, so the
+// error does not accumulate over steps: phase-1 residual x - Q1(x) for the parts sent away;
+// for the owned part the phase-2 residual of the sum, scaled by P when averaging.
+//
+// Thread safety: one instance per buffer layout; run() is not reentrant. Collectives are
+// issued from the calling thread in a fixed order (identical on every rank).
+#pragma once
+
+#include <lockstep/comm/process_group.h>
+#include <lockstep/compress/policy.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lockstep::compress {
+
+// One layer (parameter) of a flat buffer: elements [offset, offset + numel).
+struct LayerSpan {
+  std::string name;
+  int64_t offset = 0;
+  int64_t numel = 0;
+};
+
+struct AllreduceStats {
+  int64_t compressed_elems = 0;  // values that went through the codec
+  int64_t plain_elems = 0;       // values sent uncompressed
+  int64_t bytes_sent = 0;        // bytes this rank put on the wire (payload, both phases)
+  int64_t bytes_uncompressed = 0;  // what a ring allreduce of the same buffer would send
+};
+
+class CompressedAllreduce {
+ public:
+  // `layers` must be disjoint and lie within [0, numel); elements covered by no layer are
+  // treated as one unnamed plain layer. Applies the policy of `options` per layer (does NOT
+  // read the environment; qsgd() and callers do that with apply_env()).
+  CompressedAllreduce(QsgdOptions options, std::vector<LayerSpan> layers, int64_t numel,
+                      int world_size);
+
+  // flat: contiguous CPU float32/bfloat16/float16 tensor with numel() == numel. Blocking;
+  // leaves the sum over ranks (the mean if `average`) in `flat`, identical on all ranks.
+  AllreduceStats run(comm::ProcessGroup& group, at::Tensor& flat, bool average);
+
+  int64_t numel() const { return numel_; }
+  int world_size() const { return world_; }
+  const QsgdOptions& options() const { return opts_; }
+  uint64_t steps() const { return step_; }
+
+  // A contiguous piece of one compressed layer, starting on one of its bucket boundaries.
+  struct Run {
+    int64_t offset;        // in the flat buffer
+    int64_t numel;
+    int layer;             // index into layers_
+    uint64_t first_bucket; // global bucket index (the RNG counter)
+  };
+  const std::vector<Run>& part(int r) const { return parts_[size_t(r)]; }
+  int64_t part_bytes(int r) const { return part_bytes_[size_t(r)]; }
+
+ private:
+  QsgdOptions opts_;
+  std::vector<LayerSpan> layers_;
+  int64_t numel_;
+  int world_;
+  std::vector<std::vector<Run>> parts_;  // per owner rank
+  std::vector<int64_t> part_elems_, part_bytes_;
+  int64_t slot_bytes_ = 0;               // max part bytes: the alltoall/allgather slot
+  std::vector<int> plain_layers_;
+  int64_t plain_elems_ = 0;
+  uint64_t step_ = 0;
+  std::vector<float> residual_;          // error feedback, one per element (lazily sized)
+  at::Tensor send_, recv_, gather_in_, gather_out_, plain_;
+  std::vector<float> acc_, tmp_;
+};
+
+// One-shot convenience: plans, runs, and throws away the plan (tests, benchmarks).
+AllreduceStats compressed_allreduce(comm::ProcessGroup& group, at::Tensor& flat,
+                                    const std::vector<LayerSpan>& layers,
+                                    const QsgdOptions& options, bool average = false);
+
+}  // namespace lockstep::compress

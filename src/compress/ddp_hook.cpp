@@ -1,0 +1,85 @@
+// The QSGD DDP communication hook (see ddp_hook.h).
+#ifdef LOCKSTEP_HAVE_DDP
+#include <lockstep/compress/ddp_hook.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace lockstep::compress {
+namespace {
+
+struct HookState {
+  QsgdOptions options;
+  std::mutex mu;  // hooks run one at a time, but the state must not rely on it
+  std::map<int64_t, std::unique_ptr<CompressedAllreduce>> plans;  // by bucket index
+  std::map<int64_t, std::vector<int64_t>> layouts;                // offsets+numels signature
+};
+
+std::vector<LayerSpan> spans_of(const ddp::GradBucket& b) {
+  std::vector<LayerSpan> s;
+  for (size_t i = 0; i < b.names.size(); ++i) s.push_back({b.names[i], b.offsets[i], b.numels[i]});
+  return s;
+}
+
+std::vector<int64_t> signature(const ddp::GradBucket& b) {
+  std::vector<int64_t> sig{b.buffer.numel(), b.world_size};
+  for (size_t i = 0; i < b.offsets.size(); ++i) {
+    sig.push_back(b.offsets[i]);
+    sig.push_back(b.numels[i]);
+    sig.push_back(int64_t(std::hash<std::string>{}(b.names[i])));
+  }
+  return sig;
+}
+
+comm::WorkPtr completed_work(const ddp::GradBucket& b) {
+  comm::OpDesc d;
+  d.kind = comm::OpKind::Allreduce;
+  d.numel = b.buffer.numel();
+  d.dtype = b.buffer.scalar_type();
+  auto w = std::make_shared<comm::Work>(d, comm::Millis(0), CommContext{});
+  w->mark_started();
+  w->finish();
+  return w;
+}
+
+}  // namespace
+
+ddp::CommHook qsgd(QsgdOptions options) {
+  if (options.use_env) options = apply_env(std::move(options));
+  validate(options);
+  auto state = std::make_shared<HookState>();
+  state->options = std::move(options);
+  return [state](comm::ProcessGroup& group, const ddp::GradBucket& bucket) {
+    std::lock_guard<std::mutex> lock(state->mu);
+    at::Tensor buf = bucket.buffer;
+    ddp::HookResult r;
+    const at::ScalarType dt = buf.scalar_type();
+    if (dt != at::kFloat && dt != at::kBFloat16 && dt != at::kHalf) {  // e.g. float64
+      r.bytes = buf.numel() * int64_t(buf.element_size());
+      r.work = group.allreduce(buf);
+      return r;
+    }
+    auto sig = signature(bucket);
+    auto& plan = state->plans[bucket.index];
+    if (!plan || state->layouts[bucket.index] != sig) {
+      plan = std::make_unique<CompressedAllreduce>(state->options, spans_of(bucket),
+                                                   buf.numel(), group.size());
+      state->layouts[bucket.index] = std::move(sig);
+    }
+    try {
+      const AllreduceStats st = plan->run(group, buf, /*average=*/false);
+      r.bytes = st.bytes_sent;
+    } catch (const NonFiniteGradient&) {
+      // Every rank gets here for the same bucket (all collectives completed); report it
+      // where the reducer waits for results, so it is raised like a communication error.
+      auto err = std::current_exception();
+      r.finish = [err] { std::rethrow_exception(err); };
+    }
+    r.work = completed_work(bucket);
+    return r;
+  };
+}
+
+}  // namespace lockstep::compress
+#endif  // LOCKSTEP_HAVE_DDP

@@ -1,0 +1,316 @@
+// The DDP reducer: see include/lockstep/ddp/reducer.h for the protocol.
+#include <lockstep/compat.h>
+#include <lockstep/ddp/hooks.h>
+#include <lockstep/ddp/reducer.h>
+#include <lockstep/error.h>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <numeric>
+#include <sstream>
+
+namespace lockstep::ddp {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// A tensor of `shape` sharing `flat`'s storage at `offset`, made with set_()
+// rather than narrow()/view(): autograd then does not treat it as a view, so an
+// optimizer may detach_() it when it is param.grad (libtorch 1.13's
+// Optimizer::zero_grad() does; detach_() on an autograd view throws).
+at::Tensor slot_alias(const at::Tensor& flat, int64_t offset, at::IntArrayRef shape) {
+  at::NoGradGuard no_grad;
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int64_t d = (int64_t)shape.size() - 2; d >= 0; --d) strides[d] = strides[d + 1] * shape[d + 1];
+  auto t = at::empty({0}, flat.options());
+  t.set_(flat.storage(), flat.storage_offset() + offset, shape, strides);
+  return t;
+}
+}  // namespace
+
+Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
+                 std::shared_ptr<comm::ProcessGroup> group, DDPOptions options)
+    : params_(std::move(params)),
+      names_(std::move(names)),
+      group_(std::move(group)),
+      options_(options),
+      world_size_(group_->size()),
+      scale_(1.0 / group_->size()),
+      hook_(hooks::allreduce_hook()) {
+  LOCKSTEP_CHECK(group_ != nullptr, "DDP needs a process group");
+  LOCKSTEP_CHECK_EQ(params_.size(), names_.size());
+  LOCKSTEP_CHECK(options_.bucket_cap_bytes > 0 && options_.first_bucket_bytes > 0,
+                 "bucket sizes must be positive");
+  for (size_t i = 0; i < params_.size(); ++i) {
+    LOCKSTEP_CHECK(params_[i].requires_grad() && params_[i].is_leaf(), "parameter '", names_[i],
+                   "' must be a leaf that requires grad");
+  }
+  // Initial order: reverse registration order, the usual order in which backward
+  // produces gradients (last layer first).
+  std::vector<int64_t> order(params_.size());
+  std::iota(order.rbegin(), order.rend(), 0);
+  build_buckets(order);
+  ready_.assign(params_.size(), 0);
+  if (options_.find_unused_parameters) used_map_ = at::zeros({(int64_t)params_.size()}, at::kInt);
+  record_order_ = options_.rebuild_buckets;
+  hook_handles_.reserve(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    hook_handles_.push_back(compat::add_grad_ready_hook(params_[i], [this, i] { on_grad_ready(i); }));
+  }
+}
+
+Reducer::~Reducer() {
+  for (auto& h : hook_handles_) compat::remove_hook(h);
+  std::lock_guard<std::mutex> lk(mu_);
+  abandon_step_locked();
+}
+
+void Reducer::register_comm_hook(CommHook hook) {
+  LOCKSTEP_CHECK(hook != nullptr, "register_comm_hook: empty hook");
+  std::lock_guard<std::mutex> lk(mu_);
+  LOCKSTEP_CHECK(!step_active_, "register_comm_hook: not allowed during a backward pass");
+  hook_ = std::move(hook);
+}
+
+void Reducer::build_buckets(const std::vector<int64_t>& order) {
+  std::vector<int64_t> numels(params_.size());
+  std::vector<at::ScalarType> dtypes(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    numels[i] = params_[i].numel();
+    dtypes[i] = params_[i].scalar_type();
+  }
+  auto specs = compute_bucket_assignment(numels, dtypes, order, options_.first_bucket_bytes,
+                                         options_.bucket_cap_bytes);
+  std::vector<GradBucket> infos(specs.size());
+  std::vector<BucketState> states(specs.size());
+  std::vector<Slot> slots(params_.size());
+  for (size_t b = 0; b < specs.size(); ++b) {
+    auto& info = infos[b];
+    info.index = b;
+    info.num_buckets = specs.size();
+    info.is_last = b + 1 == specs.size();
+    info.world_size = world_size_;
+    int64_t total = 0;
+    for (int64_t p : specs[b].params) total += numels[p];
+    info.buffer = at::zeros({total}, at::TensorOptions().dtype(specs[b].dtype));
+    int64_t off = 0;
+    for (size_t k = 0; k < specs[b].params.size(); ++k) {
+      const int64_t p = specs[b].params[k];
+      info.param_indices.push_back(p);
+      info.names.push_back(names_[p]);
+      info.offsets.push_back(off);
+      info.numels.push_back(numels[p]);
+      info.shapes.push_back(params_[p].sizes().vec());
+      states[b].views.push_back(slot_alias(info.buffer, off, params_[p].sizes()));
+      slots[p] = Slot{(int64_t)b, (int64_t)k};
+      off += numels[p];
+    }
+    states[b].pending = specs[b].params.size();
+  }
+  // Gradients that already live in old bucket views move into the new ones.
+  if (options_.gradient_as_bucket_view && !buckets_.empty()) {
+    at::NoGradGuard no_grad;
+    for (size_t p = 0; p < params_.size(); ++p) {
+      auto& g = params_[p].mutable_grad();
+      if (!g.defined()) continue;
+      auto& v = states[slots[p].bucket].views[slots[p].index];
+      v.copy_(g);
+      g = v;
+    }
+  }
+  infos_ = std::move(infos);
+  buckets_ = std::move(states);
+  slots_ = std::move(slots);
+}
+
+void Reducer::prepare_for_forward() {
+  std::unique_lock<std::mutex> lk(mu_);
+  // A backward that threw inside autograd never ran its callback.
+  if (step_active_) abandon_step_locked();
+  if (rebuild_pending_) {
+    rebuild_pending_ = false;
+    rebuilt_ = true;
+    // Every rank adopts rank 0's order so the layouts (and collectives) agree.
+    auto order = at::tensor(observed_order_, at::kLong);
+    if (world_size_ > 1) group_->broadcast(order, {0})->wait();
+    const int64_t* o = order.data_ptr<int64_t>();
+    build_buckets(std::vector<int64_t>(o, o + order.numel()));
+  }
+  armed_ = true;
+  armed_sync_ = require_sync_;
+}
+
+void Reducer::on_grad_ready(int64_t i) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!step_active_) {
+    const bool sync = armed_ ? armed_sync_ : require_sync_;
+    if (!sync) return;  // no_sync: AccumulateGrad already summed into param.grad
+    begin_step_locked();
+  }
+  if (ready_[i]) {
+    throw InvalidArgument(detail::concat(
+        "DDP: parameter '", names_[i], "' received its gradient twice in one backward pass "
+        "(reentrant backward or a parameter shared in a way autograd reports twice); this is "
+        "not supported"));
+  }
+  if (record_order_) observed_order_.push_back(i);
+  copy_grad_to_bucket_locked(i);
+  mark_ready_locked(i);
+  launch_ready_buckets_locked();
+}
+
+void Reducer::begin_step_locked() {
+  step_active_ = true;
+  first_hook_ = Clock::now();
+  // The callback is queued from inside this backward, so it is guaranteed to run
+  // at its end (on success) whatever subset of parameters gets gradients.
+  compat::queue_end_of_backward_callback([this] { finalize(); });
+}
+
+void Reducer::copy_grad_to_bucket_locked(int64_t i) {
+  at::NoGradGuard no_grad;
+  const Slot s = slots_[i];
+  at::Tensor& view = buckets_[s.bucket].views[s.index];
+  at::Tensor& grad = params_[i].mutable_grad();
+  if (!grad.defined()) {
+    view.zero_();  // unused here: contributes zero (write-back decides on undefined)
+    return;
+  }
+  if (grad.data_ptr() == view.data_ptr()) {
+    // gradient_as_bucket_view and autograd accumulated in place into the view.
+    if (world_size_ > 1) view.mul_(scale_);
+  } else if (world_size_ > 1) {
+    at::mul_out(view, grad, scale_);  // copy and divide in one pass
+  } else {
+    view.copy_(grad);
+  }
+  if (options_.gradient_as_bucket_view) grad = view;
+}
+
+void Reducer::mark_ready_locked(int64_t i) {
+  ready_[i] = 1;
+  auto& b = buckets_[slots_[i].bucket];
+  --b.pending;
+}
+
+void Reducer::launch_ready_buckets_locked() {
+  // Strictly in index order: the k-th collective of the pass is bucket k on every rank.
+  while (next_launch_ < (int64_t)buckets_.size() && buckets_[next_launch_].pending == 0) {
+    auto& b = buckets_[next_launch_];
+    b.result = hook_(*group_, infos_[next_launch_]);
+    b.launched = true;
+    ++next_launch_;
+    LOCKSTEP_CHECK(b.result.work != nullptr, "DDP comm hook returned no work for bucket ",
+                   next_launch_ - 1);
+  }
+}
+
+void Reducer::finalize() {
+  const auto t0 = Clock::now();
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!step_active_) return;
+  const double backward_s = std::chrono::duration<double>(t0 - first_hook_).count();
+  std::vector<int64_t> missing;
+  try {
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (!ready_[i]) missing.push_back(i);
+    // Fill in parameters that got no gradient so every rank launches every bucket,
+    // in order: this rank must not leave its peers waiting on a collective.
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+      if (record_order_) observed_order_.push_back(*it);
+      copy_grad_to_bucket_locked(*it);
+      mark_ready_locked(*it);
+    }
+    launch_ready_buckets_locked();
+    comm::WorkPtr used_work;
+    if (options_.find_unused_parameters) {
+      // "Used" = has a gradient now (from this pass or accumulated under no_sync).
+      int32_t* u = used_map_.data_ptr<int32_t>();
+      for (size_t i = 0; i < params_.size(); ++i) u[i] = params_[i].grad().defined() ? 1 : 0;
+      if (world_size_ > 1) used_work = group_->allreduce(used_map_);
+    }
+    const auto wait_start = Clock::now();
+    int64_t bytes = 0;
+    for (auto& b : buckets_) {
+      b.result.work->wait();
+      if (b.result.finish) b.result.finish();
+      bytes += b.result.bytes;
+    }
+    if (used_work) used_work->wait();
+    const double exposed = seconds_since(wait_start);
+    if (!missing.empty() && !options_.find_unused_parameters)
+      throw InvalidArgument(missing_message(missing));
+    write_back_locked(used_map_);
+    stats_.step += 1;
+    stats_.backward_s = backward_s;
+    stats_.exposed_comm_s = exposed;
+    stats_.bytes_sent = bytes;
+    stats_.buckets = buckets_.size();
+    stats_.unused_parameters = missing.size();
+  } catch (...) {
+    abandon_step_locked();
+    if (record_order_) observed_order_.clear();  // record again on the next pass
+    throw;
+  }
+  abandon_step_locked();  // resets the per-step state (all work is done by now)
+  if (record_order_) {
+    record_order_ = false;
+    rebuild_pending_ = options_.rebuild_buckets && !rebuilt_;
+  }
+  stats_.finalize_s = seconds_since(t0);
+}
+
+void Reducer::write_back_locked(const at::Tensor& used_global) {
+  at::NoGradGuard no_grad;
+  const int32_t* used = used_global.defined() ? used_global.data_ptr<int32_t>() : nullptr;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Slot s = slots_[i];
+    const at::Tensor& view = buckets_[s.bucket].views[s.index];
+    at::Tensor& grad = params_[i].mutable_grad();
+    if (grad.defined()) {
+      if (grad.data_ptr() != view.data_ptr()) grad.copy_(view);
+    } else if (used == nullptr || used[i] != 0) {
+      // No gradient here but some rank had one: adopt the average.
+      grad = options_.gradient_as_bucket_view ? view : view.clone();
+    }
+    // else: unused on every rank -> stays undefined everywhere.
+  }
+}
+
+void Reducer::abandon_step_locked() noexcept {
+  for (auto& b : buckets_) {
+    if (b.launched && b.result.work) {
+      try {
+        b.result.work->wait();
+      } catch (...) {
+        // Already reported (or being reported) by finalize; here we only make sure
+        // no collective still writes into a buffer we are about to reuse.
+      }
+    }
+    b.result = HookResult{};
+    b.launched = false;
+    b.pending = static_cast<int64_t>(infos_[&b - buckets_.data()].param_indices.size());
+  }
+  std::fill(ready_.begin(), ready_.end(), 0);
+  next_launch_ = 0;
+  step_active_ = false;
+  armed_ = false;
+}
+
+std::string Reducer::missing_message(const std::vector<int64_t>& missing) const {
+  std::ostringstream os;
+  os << "DDP (rank " << group_->rank() << "): " << missing.size()
+     << " parameter(s) received no gradient in this backward pass: ";
+  for (size_t k = 0; k < missing.size() && k < 20; ++k)
+    os << (k ? ", " : "") << "'" << names_[missing[k]] << "'";
+  if (missing.size() > 20) os << ", ...";
+  os << ". They did not take part in computing the loss. If that is intended, construct "
+        "DistributedDataParallel with DDPOptions::find_unused_parameters = true.";
+  return os.str();
+}
+
+}  // namespace lockstep::ddp
