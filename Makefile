@@ -27,10 +27,10 @@ build: configure
 test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600 $(CTEST_FLAGS)
 
-# The main job.
+# The main job: a convnet trained on Fashion-MNIST with DDP on $(NPROC) local ranks.
 demo: build
 	$(BUILD)/apps/lockstep-run --nproc-per-node $(NPROC) --master-port 0 \
-	  $(BUILD)/bench/lockstep-bench collectives --worker --sizes 1MiB,16MiB,64MiB
+	  $(BUILD)/examples/fashion_mnist/fashion-mnist-ddp
 
 # Benchmarks against the peers (c10d Gloo, OpenMPI, PyTorch DDP), side by side.
 bench: deps-bench build

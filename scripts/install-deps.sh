@@ -12,6 +12,7 @@ pkgs=(
   libopenblas0-pthread  # without it libtorch uses the reference BLAS: GEMM ~13x slower
   libopenmpi-dev openmpi-bin
   libgtest-dev
+  zlib1g-dev            # lockstep_data inflates the gzip'd Fashion-MNIST idx files
   libcli11-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev
   dataset-fashion-mnist # real data for the demo and the accuracy tests
   iproute2              # ip netns / tc for the thin-link benchmarks

@@ -9,3 +9,5 @@
 #include <lockstep/comm/types.h>
 #include <lockstep/comm/work.h>
 #include <lockstep/ddp/ddp.h>
+#include <lockstep/data/data.h>
+#include <lockstep/models/models.h>
