@@ -16,8 +16,9 @@
 // Buffer b is reused by chunk c+2 only after every peer has posted copy-in of
 // chunk c+1, which each peer does after finishing its copy-out of chunk c.
 //
-// Small tensors take a one-phase path: everybody copies the whole tensor in, one
-// handshake, everybody reduces all P copies (same order, so same bits).
+// Small tensors (<= small_bytes) take a one-handshake path: each rank's copy rides
+// along with the descriptor round in its small slot, then every rank reduces all P
+// copies (same order, so same bits).
 #include "comm/reduce_kernels.h"
 #include "comm/shm/shm_backend.h"
 
@@ -60,9 +61,7 @@ void reduce_part(char* shared, char* own, std::vector<const void*>& srcs, int64_
 }  // namespace
 
 void ShmBackend::allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) {
-  Waiter w = begin(OpKind::Allreduce, t.numel(), t.scalar_type(), op, -1, ctx);
   const int64_t n = t.numel();
-  if (size_ == 1 || n == 0) return;
   const int64_t es = static_cast<int64_t>(t.element_size());
   char* data = static_cast<char*>(t.data_ptr());
   const at::ScalarType dt = t.scalar_type();
@@ -70,14 +69,15 @@ void ShmBackend::allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) {
   const int me = rank_;
   std::vector<const void*> srcs(P);
 
-  if (static_cast<uint64_t>(n * es) <= std::min(options_.small_bytes, buffer_bytes())) {
-    std::memcpy(segment().staging(me, 0), data, n * es);
-    post();
-    wait_all(w, step());
-    for (int r = 0; r < P; ++r) srcs[r] = segment().staging(r, 0);
+  if (P > 1 && static_cast<uint64_t>(n * es) <= options_.small_bytes) {
+    // One handshake: the data travels with the descriptor round.
+    begin(OpKind::Allreduce, n, dt, op, -1, ctx, data, n * es);
+    for (int r = 0; r < P; ++r) srcs[r] = small_slot(r);
     reduce_many(data, srcs.data(), P, n, dt, op);
     return;
   }
+  Waiter w = begin(OpKind::Allreduce, n, dt, op, -1, ctx);
+  if (P == 1 || n == 0) return;
 
   const int64_t chunk = static_cast<int64_t>(buffer_bytes()) / es;
   const uint64_t base = step();

@@ -118,7 +118,7 @@ void ShmBackend::rendezvous(const StorePtr& store, const std::string& prefix, Mi
 
   const std::string seg_key = join_key(prefix, "segment");
   std::string name;
-  SegmentConfig cfg{size_, options_.buffer_bytes, options_.channel_bytes};
+  SegmentConfig cfg{size_, options_.buffer_bytes, options_.channel_bytes, options_.small_bytes};
   if (rank_ == 0) {
     name = segment_name(prefix);
     try {
@@ -129,7 +129,8 @@ void ShmBackend::rendezvous(const StorePtr& store, const std::string& prefix, Mi
       store->set(seg_key, std::vector<uint8_t>(v.begin(), v.end()));
       throw;
     }
-    const std::string v = detail::concat(name, " ", cfg.buffer_bytes, " ", cfg.channel_bytes);
+    const std::string v = detail::concat(name, " ", cfg.buffer_bytes, " ", cfg.channel_bytes,
+                                         " ", cfg.small_bytes);
     store->set(seg_key, std::vector<uint8_t>(v.begin(), v.end()));
   } else {
     try {
@@ -142,9 +143,10 @@ void ShmBackend::rendezvous(const StorePtr& store, const std::string& prefix, Mi
     if (!value.empty() && value[0] == '!')
       throw fail("rank 0 could not create the shm segment: " + value.substr(1));
     std::istringstream is(value);
-    is >> name >> cfg.buffer_bytes >> cfg.channel_bytes;  // rank 0's settings win
+    is >> name >> cfg.buffer_bytes >> cfg.channel_bytes >> cfg.small_bytes;  // rank 0's win
     options_.buffer_bytes = cfg.buffer_bytes;
     options_.channel_bytes = cfg.channel_bytes;
+    options_.small_bytes = cfg.small_bytes;
     seg_ = Segment::open(name, cfg);
   }
   seg_.info(rank_).pid.store(static_cast<int32_t>(::getpid()), std::memory_order_release);
@@ -182,7 +184,7 @@ Waiter ShmBackend::make_waiter(const OpContext& ctx, const OpDesc& d) {
 }
 
 Waiter ShmBackend::begin(OpKind kind, int64_t numel, at::ScalarType dtype, ReduceOp op, int root,
-                         const OpContext& ctx) {
+                         const OpContext& ctx, const void* payload, size_t payload_bytes) {
   OpDesc d = ctx.desc;
   d.kind = kind;
   d.numel = numel;
@@ -192,7 +194,11 @@ Waiter ShmBackend::begin(OpKind kind, int64_t numel, at::ScalarType dtype, Reduc
   d.tag = 0;
   Waiter w = make_waiter(ctx, d);
   w.raise_if_failed();  // a broken group fails at once, before touching shared state
+  // Slot n % 2 is free: every peer has posted collective n - 1's descriptor (we saw
+  // it in the last round), so it has finished reading collective n - 2's slot.
   const uint64_t slot = collectives_++ % 2;
+  if (payload_bytes > 0)
+    std::memcpy(seg_.small(rank_, static_cast<int>(slot)), payload, payload_bytes);
   seg_.info(rank_).desc[slot] = to_wire(d);
   post();
   wait_all(w, step_);

@@ -38,8 +38,8 @@ struct ShmOptions {
   // Bytes per ordered pair for send/recv; larger messages stream through.
   // LOCKSTEP_SHM_CHANNEL_BYTES overrides it.
   uint64_t channel_bytes = 1 << 20;
-  // Allreduces up to this many bytes take the one-phase path (every rank reduces
-  // the whole tensor from all staging buffers): fewer handshakes for small tensors.
+  // Allreduces up to this many bytes take the one-handshake path: the data rides
+  // along with the descriptor round and every rank reduces all P copies.
   uint64_t small_bytes = 64 << 10;
   static ShmOptions from_environment();
 };
@@ -67,9 +67,13 @@ class ShmBackend final : public Backend {
   void abort() noexcept override;
 
   // ---- used by the per-algorithm files (allreduce_shm.cpp, ...) ----
-  // Starts a collective: builds the Waiter, posts and checks the descriptor.
+  // Starts a collective: builds the Waiter, posts and checks the descriptor. With a
+  // payload (at most options().small_bytes), copies it into this rank's small slot
+  // first, so the descriptor round also delivers it: read it with small_slot().
   Waiter begin(OpKind kind, int64_t numel, at::ScalarType dtype, ReduceOp op, int root,
-               const OpContext& ctx);
+               const OpContext& ctx, const void* payload = nullptr, size_t payload_bytes = 0);
+  // The small slot of `rank` for the collective begun last.
+  const char* small_slot(int rank) const { return seg_.small(rank, (collectives_ - 1) % 2); }
   // Bumps this rank's progress counter (publishing every write before it).
   void post() {
     seg_.progress(rank_).value.store(++step_, std::memory_order_release);

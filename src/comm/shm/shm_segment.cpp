@@ -55,7 +55,9 @@ void Segment::compute_offsets() {
   off += P * sizeof(RankInfo);
   off_chanctl_ = off;
   off += pairs * sizeof(ChannelCtl);
-  off_staging_ = round_up(off, kPage);  // page aligned: memcpy/vector loops like it
+  off_small_ = round_up(off, kPage);  // page aligned: memcpy/vector loops like it
+  off = off_small_ + P * 2 * round_up(cfg_.small_bytes, kLine);
+  off_staging_ = round_up(off, kPage);
   off = off_staging_ + P * 2 * round_up(cfg_.buffer_bytes, kPage);
   off_chan_ = off;
   off += pairs * round_up(cfg_.channel_bytes, kPage);
@@ -97,6 +99,7 @@ Segment Segment::create(const std::string& name, const SegmentConfig& cfg) {
   h.world_size = static_cast<uint32_t>(cfg.world_size);
   h.buffer_bytes = cfg.buffer_bytes;
   h.channel_bytes = cfg.channel_bytes;
+  h.small_bytes = cfg.small_bytes;
   h.abort_word.store(0, std::memory_order_release);
   return s;
 }
@@ -127,7 +130,8 @@ Segment Segment::open(const std::string& name, const SegmentConfig& cfg) {
   const Header& h = s.header();
   if (h.magic != kMagic || h.version != kVersion ||
       h.world_size != static_cast<uint32_t>(cfg.world_size) ||
-      h.buffer_bytes != cfg.buffer_bytes || h.channel_bytes != cfg.channel_bytes)
+      h.buffer_bytes != cfg.buffer_bytes || h.channel_bytes != cfg.channel_bytes ||
+      h.small_bytes != cfg.small_bytes)
     throw ConfigError(detail::concat("shm: segment ", name, " has an unexpected header"));
   return s;
 }
@@ -149,6 +153,7 @@ Segment& Segment::operator=(Segment&& o) noexcept {
     off_progress_ = o.off_progress_;
     off_info_ = o.off_info_;
     off_chanctl_ = o.off_chanctl_;
+    off_small_ = o.off_small_;
     off_staging_ = o.off_staging_;
     off_chan_ = o.off_chan_;
   }
@@ -169,6 +174,10 @@ ChannelCtl& Segment::channel_ctl(int src, int dst) const {
 }
 char* Segment::channel_data(int src, int dst) const {
   return base_ + off_chan_ + pair_index(src, dst) * round_up(cfg_.channel_bytes, kPage);
+}
+char* Segment::small(int rank, int which) const {
+  const size_t per = round_up(cfg_.small_bytes, kLine);
+  return base_ + off_small_ + (static_cast<size_t>(rank) * 2 + which) * per;
 }
 char* Segment::staging(int rank, int which) const {
   const size_t per = round_up(cfg_.buffer_bytes, kPage);

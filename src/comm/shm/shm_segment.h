@@ -6,7 +6,9 @@
 // segment outlives the job even when every rank is SIGKILLed.
 //
 // Layout (every region cache-line aligned so no two writers share a line):
-//   Header | Progress[P] | RankInfo[P] | ChannelCtl[P*(P-1)] | staging | channels
+//   Header | Progress[P] | RankInfo[P] | ChannelCtl[P*(P-1)] | small | staging | channels
+// small: per rank, two slots of `small_bytes` for one-handshake small collectives
+// (collective n uses slot n % 2, written before that collective's descriptor round).
 // staging: per rank, two buffers of `buffer_bytes` (chunk c of a collective uses
 // buffer c % 2, so a rank can fill the next chunk while peers read this one).
 // channels: one single-producer/single-consumer byte ring per ordered pair.
@@ -43,6 +45,7 @@ struct alignas(kLine) Header {
   uint32_t version;
   uint64_t buffer_bytes;
   uint64_t channel_bytes;
+  uint64_t small_bytes;
   // 0 = healthy; else an encoded failure (see shm_sync.h) that every rank re-raises.
   std::atomic<uint64_t> abort_word;
 };
@@ -71,6 +74,7 @@ struct SegmentConfig {
   int world_size = 1;
   uint64_t buffer_bytes = 0;   // per rank per staging buffer
   uint64_t channel_bytes = 0;  // per ordered pair
+  uint64_t small_bytes = 0;    // per rank per small slot
 };
 
 // A mapped segment. Move-only; unmaps in the destructor (never throws).
@@ -99,6 +103,8 @@ class Segment {
   RankInfo& info(int rank) const;
   ChannelCtl& channel_ctl(int src, int dst) const;
   char* channel_data(int src, int dst) const;
+  // Small slot `which` (0/1) of `rank`.
+  char* small(int rank, int which) const;
   // Staging buffer `which` (0/1) of `rank`.
   char* staging(int rank, int which) const;
 
@@ -109,7 +115,7 @@ class Segment {
   SegmentConfig cfg_;
   char* base_ = nullptr;
   size_t bytes_ = 0;
-  size_t off_progress_ = 0, off_info_ = 0, off_chanctl_ = 0, off_staging_ = 0, off_chan_ = 0;
+  size_t off_progress_ = 0, off_info_ = 0, off_chanctl_ = 0, off_small_ = 0, off_staging_ = 0, off_chan_ = 0;
 };
 
 }  // namespace lockstep::comm::shm

@@ -25,7 +25,8 @@
 
 namespace lockstep::comm::shm {
 
-// How waits burn CPU. Oversubscribed groups (more ranks than cores) skip spinning.
+// How waits burn CPU. Oversubscribed groups (more ranks than cores) skip spinning;
+// LOCKSTEP_SHM_SPIN=<iterations> overrides the spin length.
 struct WaitPolicy {
   int spin_iters = 200;  // short: sched_yield costs ~1 us and is kinder on busy hosts
   Clock::duration yield_window = std::chrono::microseconds(500);
