@@ -52,11 +52,14 @@ class CommError : public Error {
   CommError(Kind kind, CommContext ctx, const std::string& what_happened);
   Kind kind() const { return kind_; }
   const CommContext& context() const { return ctx_; }
+  // What happened, without the context prefix.
+  const std::string& detail() const { return detail_; }
   static const char* kind_name(Kind k);
 
  private:
   Kind kind_;
   CommContext ctx_;
+  std::string detail_;
 };
 
 namespace detail {

@@ -39,6 +39,7 @@ const char* CommError::kind_name(Kind k) {
 CommError::CommError(Kind kind, CommContext ctx, const std::string& what_happened)
     : Error(ctx.describe() + ": " + kind_name(kind) + ": " + what_happened),
       kind_(kind),
-      ctx_(std::move(ctx)) {}
+      ctx_(std::move(ctx)),
+      detail_(what_happened) {}
 
 }  // namespace lockstep

@@ -79,6 +79,21 @@ StorePtr connect_store(const LaunchEnv& e, Millis timeout) {
   }
 }
 
+bool store_check(const StorePtr& store, const std::string& key, const LaunchEnv& e) {
+  try {
+    return store->check({key});
+  } catch (const std::exception& ex) {
+    CommContext c;
+    c.rank = e.rank;
+    c.world_size = e.world_size;
+    c.op = "rendezvous";
+    c.peer = 0;
+    throw CommError(CommError::Kind::Rendezvous, c,
+                    detail::concat("lost the connection to rank 0's store (rank 0 exited or gave up "
+                                   "waiting): ", ex.what()));
+  }
+}
+
 // Every rank announces itself, then waits for all; on timeout the message lists who is missing.
 // Returns the hostname of every rank.
 std::vector<std::string> join(const StorePtr& store, const std::string& prefix, const LaunchEnv& e,
@@ -86,15 +101,18 @@ std::vector<std::string> join(const StorePtr& store, const std::string& prefix, 
   const std::string me = hostname();
   store->set(prefix + "join/" + std::to_string(e.rank), std::vector<uint8_t>(me.begin(), me.end()));
   const auto start = Clock::now();
+  // Rank 0 hosts the store: it waits a little longer, so the others can read the store
+  // (and report the missing ranks themselves) until they give up.
+  const auto limit = timeout + (e.rank == 0 ? Millis(2000) : Millis(0));
   std::vector<bool> seen(e.world_size, false);
   for (;;) {
     std::vector<int> missing;
     for (int r = 0; r < e.world_size; ++r) {
-      if (!seen[r]) seen[r] = store->check({prefix + "join/" + std::to_string(r)});
+      if (!seen[r]) seen[r] = store_check(store, prefix + "join/" + std::to_string(r), e);
       if (!seen[r]) missing.push_back(r);
     }
     if (missing.empty()) break;
-    if (Clock::now() - start > timeout) {
+    if (Clock::now() - start > limit) {
       std::string list;
       for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
       CommContext c;

@@ -123,7 +123,16 @@ void ProcessGroup::check_descriptor(const OpContext& ctx) {
   check.desc.kind = OpKind::Allgather;
   check.desc.numel = kFields;
   check.desc.dtype = at::kLong;
-  backend_->allgather(all, mine, check);
+  try {
+    backend_->allgather(all, mine, check);
+  } catch (const CommError& e) {
+    // Report the collective the user issued, not our check's allgather.
+    CommContext c = context_for(d);
+    c.peer = e.context().peer;
+    c.elapsed_s = std::chrono::duration<double>(Clock::now() - ctx.start).count();
+    c.timeout_s = std::chrono::duration<double>(ctx.timeout).count();
+    throw CommError(e.kind(), c, e.detail());
+  }
   const auto* a = all.data_ptr<int64_t>();
   for (int r = 0; r < size_; ++r) {
     const int64_t* o = a + r * kFields;
