@@ -23,6 +23,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <map>
 #include <random>
@@ -189,7 +190,13 @@ std::map<std::string, double> run_job(const std::string& cmd) {
   while (std::fgets(line, sizeof line, p)) {
     char key[128];
     double v;
-    if (std::sscanf(line, "RESULT %127s %lf", key, &v) == 2) r[key] = v;
+    // lockstep-run prefixes worker lines with "[rank N] ".
+    const char* l = line;
+    if (l[0] == '[') {
+      const char* e = std::strchr(l, ']');
+      if (e) l = e + (e[1] == ' ' ? 2 : 1);
+    }
+    if (std::sscanf(l, "RESULT %127s %lf", key, &v) == 2) r[key] = v;
     else std::fputs(line, stdout);
   }
   if (pclose(p) != 0) std::fprintf(stderr, "worker job failed: %s\n", cmd.c_str());

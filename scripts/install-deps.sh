@@ -17,9 +17,10 @@ pkgs=(
   dataset-fashion-mnist # real data for the demo and the accuracy tests
   iproute2              # ip netns / tc for the thin-link benchmarks
   procps bc             # ps, bc: used by the fault tests
+  gnuplot-nox           # lockstep-train draws the loss-curve PNG with it
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  pkgs+=(python3-torch)
+  pkgs+=(python3-torch gnuplot-nox)   # gnuplot: scripts/compression_accuracy.sh plots
 fi
 
 missing=()

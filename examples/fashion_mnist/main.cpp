@@ -6,7 +6,9 @@
 // (DistributedSampler); DistributedDataParallel averages the gradients during
 // backward, so the replicas take identical optimizer steps. Rank 0 prints.
 #include <lockstep/lockstep.h>
+#include <lockstep/compress/ddp_hook.h>
 #include <lockstep/data/data.h>
+#include <lockstep/ddp/hooks.h>
 #include <lockstep/ddp/ddp.h>
 #include <lockstep/models/convnet.h>
 
@@ -16,6 +18,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -31,11 +35,17 @@ struct Flags {
   std::string data_dir;           // empty: /usr/share/datasets/fashion-mnist
   uint64_t seed = 0;
   int progress_every = 10;        // percent, when stdout is not a terminal
+  std::string compression = "none";  // gradient compression: none | qsgd4 | qsgd2 | bf16
+  std::string loss_csv;           // rank 0 writes "step,epoch,loss" per step here (empty: off)
 };
 
 const char* kUsage =
     "usage: fashion-mnist-ddp [--epochs N] [--batch-size N] [--lr X] [--optimizer sgd|adamw]\n"
     "                         [--data-dir DIR] [--seed N] [--progress-every PERCENT]\n"
+    "                         [--compression none|qsgd4|qsgd2|bf16] [--loss-csv FILE]\n"
+    "--compression: qsgd4/qsgd2 = QSGD 4/2-bit gradients, bucket 128 (LOCKSTEP_COMPRESSION_*\n"
+    "  variables still apply); bf16 = bfloat16 allreduce. --loss-csv: rank 0 writes the\n"
+    "  global (all-rank mean) loss of every step as CSV (step,epoch,loss).\n"
     "Run it under lockstep-run (or mpirun/Slurm); without a launcher it trains on 1 rank.\n";
 
 // Flag parsing: long flags with a value ("--epochs 3" or "--epochs=3"), strict numbers.
@@ -78,6 +88,13 @@ Flags parse_flags(int argc, char** argv) {
     else if (arg == "--seed") f.seed = static_cast<uint64_t>(integer(0, 1e15));
     else if (arg == "--progress-every") f.progress_every = static_cast<int>(integer(1, 100));
     else if (arg == "--data-dir") f.data_dir = value;
+    else if (arg == "--loss-csv") f.loss_csv = value;
+    else if (arg == "--compression") {
+      if (value != "none" && value != "qsgd4" && value != "qsgd2" && value != "bf16")
+        throw lockstep::InvalidArgument("--compression: expected none, qsgd4, qsgd2 or bf16, got '" +
+                                        value + "'");
+      f.compression = value;
+    }
     else if (arg == "--optimizer") {
       if (value != "sgd" && value != "adamw")
         throw lockstep::InvalidArgument("--optimizer: expected sgd or adamw, got '" + value + "'");
@@ -137,6 +154,21 @@ int train(const Flags& flags) {
 
   lockstep::models::ConvNet model;
   lockstep::DistributedDataParallel ddp(model, group);
+  if (flags.compression == "bf16") {
+    ddp.register_comm_hook(lockstep::ddp::hooks::bf16_compress_hook());
+  } else if (flags.compression != "none") {
+    lockstep::compress::QsgdOptions q;
+    q.bits = flags.compression == "qsgd4" ? 4 : 2;
+    q.bucket_size = 128;
+    q.seed = flags.seed;
+    ddp.register_comm_hook(lockstep::compress::qsgd(q));
+  }
+  std::unique_ptr<std::ofstream> loss_csv;
+  if (lead && !flags.loss_csv.empty()) {
+    loss_csv = std::make_unique<std::ofstream>(flags.loss_csv);
+    if (!*loss_csv) throw lockstep::InvalidArgument("--loss-csv: cannot write " + flags.loss_csv);
+    *loss_csv << "step,epoch,loss\n";
+  }
 
   std::unique_ptr<torch::optim::Optimizer> opt;
   if (flags.optimizer == "sgd")
@@ -158,10 +190,10 @@ int train(const Flags& flags) {
 
   if (lead)
     std::printf("fashion-mnist-ddp: %d rank(s) on %s, %zu train / %zu test images, batch %lld x %d, "
-                "%s lr %g, %d epoch(s)\n",
+                "%s lr %g, %d epoch(s), compression %s\n",
                 world, group->backend_name().c_str(), train_set.size().value(),
                 test_set.size().value(), static_cast<long long>(flags.batch_size), world,
-                flags.optimizer.c_str(), flags.lr, flags.epochs);
+                flags.optimizer.c_str(), flags.lr, flags.epochs, flags.compression.c_str());
 
   const auto run_start = std::chrono::steady_clock::now();
   int64_t step = 0;
@@ -186,7 +218,16 @@ int train(const Flags& flags) {
       step_s += since(t0);
       exposed_s += ddp.last_step_stats().exposed_comm_s;
       const double n = static_cast<double>(batch.data.size(0));
-      loss_sum += loss.item<double>() * n;
+      const double step_loss = loss.item<double>();
+      loss_sum += step_loss * n;
+      if (loss_csv) {
+        // The all-rank mean: one tiny allreduce per step, only when a CSV is asked for
+        // (every rank must issue it, so the flag is needed on every rank).
+        auto l = sum_over_ranks(*group, {step_loss})[0] / world;
+        *loss_csv << step << ',' << epoch + 1 << ',' << l << '\n';
+      } else if (!flags.loss_csv.empty()) {
+        sum_over_ranks(*group, {step_loss});
+      }
       samples += n;
       ++step, ++epoch_step;
       if (lead) bar.update(epoch_step, loss_sum / samples, static_cast<int64_t>(samples) * world);

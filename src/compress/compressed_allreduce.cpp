@@ -4,12 +4,17 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 namespace lockstep::compress {
 namespace {
 
 constexpr uint32_t kPhaseScatter = 1, kPhaseGather = 2;
+constexpr int64_t kMaxRounds = 16;  // pipeline rounds per call, at most
 
 char* bytes_of(at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
@@ -92,32 +97,128 @@ CompressedAllreduce::CompressedAllreduce(QsgdOptions options, std::vector<LayerS
       seen += len;
     }
   }
-  for (int r = 0; r < world_; ++r) {
-    for (const auto& run : parts_[size_t(r)]) part_bytes_[size_t(r)] += encoded_bytes(run.numel, codec);
-    slot_bytes_ = std::max(slot_bytes_, part_bytes_[size_t(r)]);
+  // Pipeline rounds: every part is cut into K chunks on bucket boundaries (chunk c of part
+  // r = its buckets [c*nb_r/K, (c+1)*nb_r/K)). Rounding is keyed by the global bucket index,
+  // so the decoded values do not depend on K; only the messages do (wire-format.md).
+  const int64_t max_part = *std::max_element(part_elems_.begin(), part_elems_.end());
+  int64_t k = 1;
+  if (opts_.pipeline_chunk > 0 && max_part > 0)
+    k = std::min<int64_t>(kMaxRounds, (max_part + opts_.pipeline_chunk - 1) / opts_.pipeline_chunk);
+  const int K = int(std::max<int64_t>(1, k));
+  chunks_.assign(size_t(K), Chunk{});
+  for (auto& ch : chunks_) {
+    ch.parts.assign(size_t(world_), {});
+    ch.part_elems.assign(size_t(world_), 0);
+    ch.part_bytes.assign(size_t(world_), 0);
   }
+  const int64_t B = opts_.bucket_size;
+  for (int r = 0; r < world_; ++r) {
+    int64_t nb = 0;
+    for (const auto& run : parts_[size_t(r)]) nb += (run.numel + B - 1) / B;
+    int64_t j = 0;  // bucket index within the part
+    for (const auto& run : parts_[size_t(r)]) {
+      for (int64_t s = 0; s < run.numel; s += B, ++j) {
+        const int c = int((j * K) / nb);
+        const int64_t len = std::min(B, run.numel - s);
+        auto& runs = chunks_[size_t(c)].parts[size_t(r)];
+        if (!runs.empty() && runs.back().layer == run.layer &&
+            runs.back().offset + runs.back().numel == run.offset + s)
+          runs.back().numel += len;
+        else
+          runs.push_back({run.offset + s, len, run.layer, run.first_bucket + uint64_t(s / B)});
+        chunks_[size_t(c)].part_elems[size_t(r)] += len;
+      }
+    }
+  }
+  for (auto& ch : chunks_)
+    for (int r = 0; r < world_; ++r) {
+      for (const auto& run : ch.parts[size_t(r)])
+        ch.part_bytes[size_t(r)] += encoded_bytes(run.numel, codec);
+      ch.slot = std::max(ch.slot, ch.part_bytes[size_t(r)]);
+      part_bytes_[size_t(r)] += ch.part_bytes[size_t(r)];
+    }
+  for (int r = 0; r < world_; ++r) slot_bytes_ = std::max(slot_bytes_, part_bytes_[size_t(r)]);
 }
 
-AllreduceStats CompressedAllreduce::run(comm::ProcessGroup& group, at::Tensor& flat,
-                                        bool average) {
+comm::WorkPtr CompressedAllreduce::run_async(comm::ProcessGroup& group, at::Tensor flat,
+                                             bool average) {
   const int P = group.size(), me = group.rank();
   LOCKSTEP_CHECK_EQ(P, world_, "the plan was made for another world size");
-  LOCKSTEP_CHECK(flat.device().is_cpu() && flat.is_contiguous(), "flat buffer must be contiguous CPU");
+  LOCKSTEP_CHECK(flat.defined() && flat.device().is_cpu() && flat.is_contiguous(),
+                 "flat buffer must be contiguous CPU");
   LOCKSTEP_CHECK_EQ(flat.numel(), numel_, "flat buffer size differs from the plan");
   const at::ScalarType dt = flat.scalar_type();
   LOCKSTEP_CHECK(dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf,
                  "compressed allreduce takes float32, bfloat16 or float16, not ", c10::toString(dt));
+  // One call in flight per plan: a caller that dropped the previous work (e.g. a DDP step
+  // abandoned by an exception) waits for it here; its failure, if any, already broke the
+  // group and fails the new call as well.
+  if (inflight_ && !inflight_->is_completed()) {
+    try {
+      inflight_->wait();
+    } catch (const std::exception&) {
+    }
+  }
   const int64_t es = flat.element_size();
-  const CodecOptions codec = opts_.codec();
   const uint64_t step = step_++;
-  const bool ef = opts_.error_feedback && P > 1;
-  if (ef && residual_.size() != size_t(numel_)) residual_.assign(size_t(numel_), 0.0f);
 
+  // Statistics are fixed by the plan: computed here, so the caller has them at once.
   AllreduceStats st;
   st.plain_elems = plain_elems_;
   st.compressed_elems = numel_ - plain_elems_;
   st.bytes_uncompressed = P > 1 ? 2 * (P - 1) * numel_ * es / P : 0;
-  int bad = -1;  // first non-finite layer in buffer order (the same on every rank)
+  if (P > 1 && plain_elems_ > 0) st.bytes_sent += 2 * (P - 1) * plain_elems_ * es / P;
+  if (P > 1 && slot_bytes_ > 0) {
+    for (int r = 0; r < P; ++r)
+      if (r != me) st.bytes_sent += part_bytes_[size_t(r)];
+    st.bytes_sent += (P - 1) * part_bytes_[size_t(me)];
+  }
+  last_stats_ = st;
+  bad_ = -1;
+  last_step_ = step;
+  last_rank_ = me;
+  // The whole exchange is ONE composite op on the comm thread: its steps keep the same
+  // order on every rank whatever else callers issue meanwhile. `flat` (shared storage)
+  // and `this` must stay alive and untouched until the work completed.
+  inflight_ = group.run_composite(
+      numel_, dt, [this, flat, average, step](comm::Backend& be, const comm::OpContext& ctx) mutable {
+        exchange(be, ctx, flat, average, step);
+      });
+  return inflight_;
+}
+
+AllreduceStats CompressedAllreduce::finish() {
+  LOCKSTEP_CHECK(inflight_ && inflight_->is_completed(),
+                 "CompressedAllreduce::finish(): call it after the work of run_async() completed");
+  if (bad_ >= 0) {
+    const std::string& bad_layer = layers_[size_t(bad_)].name;
+    bad_ = -1;
+    throw NonFiniteGradient(bad_layer, detail::concat(
+        "NaN or Inf in the gradient of layer '", bad_layer, "' (rank ", last_rank_, "/", world_,
+        ", compressed allreduce call ", last_step_, "): refusing to spread it; check the loss "
+        "scale or learning rate of that layer"));
+  }
+  return last_stats_;
+}
+
+AllreduceStats CompressedAllreduce::run(comm::ProcessGroup& group, at::Tensor& flat,
+                                        bool average) {
+  run_async(group, flat, average)->wait();
+  return finish();
+}
+
+// Runs on the group's comm thread (inside run_composite): calls the backend directly.
+void CompressedAllreduce::exchange(comm::Backend& be, const comm::OpContext& ctx, at::Tensor& flat,
+                                   bool average, uint64_t step) {
+  using comm::OpKind;
+  using comm::step_context;
+  const int P = be.size(), me = be.rank();
+  const at::ScalarType dt = flat.scalar_type();
+  const int64_t es = flat.element_size();
+  const CodecOptions codec = opts_.codec();
+  const bool ef = opts_.error_feedback && P > 1;
+  if (ef && residual_.size() != size_t(numel_)) residual_.assign(size_t(numel_), 0.0f);
+  int& bad = bad_;  // first non-finite layer in buffer order (the same on every rank)
   auto note_bad = [&](int li) {
     if (bad < 0 || layers_[size_t(li)].offset < layers_[size_t(bad)].offset) bad = li;
   };
@@ -130,9 +231,9 @@ AllreduceStats CompressedAllreduce::run(comm::ProcessGroup& group, at::Tensor& f
       }
   }
 
-  // 1. Plain layers: one allreduce, issued first so it overlaps the encoding below.
-  comm::WorkPtr plain_work;
-  if (P > 1 && plain_elems_ > 0) {
+  // 1. Plain layers: one allreduce of their concatenation.
+  const bool any_plain = P > 1 && plain_elems_ > 0;
+  if (any_plain) {
     if (!plain_.defined() || plain_.numel() != plain_elems_ || plain_.scalar_type() != dt)
       plain_ = at::empty({plain_elems_}, flat.options());
     int64_t at = 0;
@@ -141,99 +242,189 @@ AllreduceStats CompressedAllreduce::run(comm::ProcessGroup& group, at::Tensor& f
       std::memcpy(bytes_of(plain_) + at * es, bytes_of(flat) + l.offset * es, size_t(l.numel * es));
       at += l.numel;
     }
-    plain_work = group.allreduce(plain_);
-    st.bytes_sent += 2 * (P - 1) * plain_elems_ * es / P;
+    be.allreduce(plain_, comm::ReduceOp::Sum,
+                 step_context(ctx, OpKind::Allreduce, plain_elems_, dt));
   }
 
   const bool any_comp = slot_bytes_ > 0 && P > 1;
   if (any_comp) {
-    // 2. Quantization #1 of the parts this rank does not own; alltoall to their owners.
-    ensure_bytes(send_, P * slot_bytes_);
-    ensure_bytes(recv_, P * slot_bytes_);
-    const StreamKey k1{opts_.seed, step, uint32_t(me), kPhaseScatter};
-    for (int r = 0; r < P; ++r) {
-      if (r == me) continue;
-      uint8_t* out = send_.data_ptr<uint8_t>() + r * slot_bytes_;
-      for (const auto& run : parts_[size_t(r)]) {
-        const char* src = bytes_of(flat) + run.offset * es;
-        if (ef) {  // encode x + residual, keep the new residual
-          tmp_.resize(size_t(run.numel));
-          acc_.resize(size_t(run.numel));
-          load_float(flat, run.offset, run.numel, tmp_.data());
-          float* res = residual_.data() + run.offset;
-          for (int64_t i = 0; i < run.numel; ++i) tmp_[size_t(i)] += res[i];
-          encode(tmp_.data(), run.numel, codec, k1, run.first_bucket, out);
-          decode(out, run.numel, codec, acc_.data());
-          for (int64_t i = 0; i < run.numel; ++i) res[i] = tmp_[size_t(i)] - acc_[size_t(i)];
-        } else {
-          encode(src, dt, run.numel, codec, k1, run.first_bucket, out);
-        }
-        out += encoded_bytes(run.numel, codec);
-      }
-      st.bytes_sent += part_bytes_[size_t(r)];
+    const int K = int(chunks_.size());
+    // Byte offsets of each round in the send/recv (P slots) and gather-in (1 slot) buffers,
+    // and of my part's chunk in the accumulator.
+    std::vector<int64_t> soff(size_t(K) + 1, 0), aoff(size_t(K) + 1, 0);
+    for (int c = 0; c < K; ++c) {
+      soff[size_t(c) + 1] = soff[size_t(c)] + chunks_[size_t(c)].slot;
+      aoff[size_t(c) + 1] = aoff[size_t(c)] + chunks_[size_t(c)].part_elems[size_t(me)];
     }
-    group.alltoall(recv_, send_)->wait();
-
-    // 3. Owner: exact own values + decoded copies, (average), quantization #2.
-    const auto& mine = parts_[size_t(me)];
+    ensure_bytes(send_, P * soff[size_t(K)]);
+    ensure_bytes(recv_, P * soff[size_t(K)]);
+    ensure_bytes(gather_in_, soff[size_t(K)]);
+    ensure_bytes(gather_out_, P * soff[size_t(K)]);
     acc_.resize(size_t(part_elems_[size_t(me)]));
-    int64_t a = 0;
-    for (const auto& run : mine) {
-      load_float(flat, run.offset, run.numel, acc_.data() + a);
-      if (ef) {
-        const float* res = residual_.data() + run.offset;
-        for (int64_t i = 0; i < run.numel; ++i) acc_[size_t(a + i)] += res[i];
+    const StreamKey k1{opts_.seed, step, uint32_t(me), kPhaseScatter};
+    const StreamKey k2{opts_.seed, step, uint32_t(me), kPhaseGather};
+
+    // 2. Round c, quantization #1 of the parts this rank does not own.
+    auto encode_scatter = [&](int c) {
+      const Chunk& ch = chunks_[size_t(c)];
+      for (int r = 0; r < P; ++r) {
+        if (r == me) continue;
+        uint8_t* out = send_.data_ptr<uint8_t>() + P * soff[size_t(c)] + r * ch.slot;
+        for (const auto& run : ch.parts[size_t(r)]) {
+          if (ef) {  // encode x + residual, keep the new residual
+            ef_x_.resize(size_t(run.numel));
+            ef_q_.resize(size_t(run.numel));
+            load_float(flat, run.offset, run.numel, ef_x_.data());
+            float* res = residual_.data() + run.offset;
+            for (int64_t i = 0; i < run.numel; ++i) ef_x_[size_t(i)] += res[i];
+            encode(ef_x_.data(), run.numel, codec, k1, run.first_bucket, out);
+            decode(out, run.numel, codec, ef_q_.data());
+            for (int64_t i = 0; i < run.numel; ++i) res[i] = ef_x_[size_t(i)] - ef_q_[size_t(i)];
+          } else {
+            encode(bytes_of(flat) + run.offset * es, dt, run.numel, codec, k1, run.first_bucket, out);
+          }
+          out += encoded_bytes(run.numel, codec);
+        }
       }
-      a += run.numel;
-    }
-    for (int r = 0; r < P; ++r) {
-      if (r == me) continue;
-      const uint8_t* in = recv_.data_ptr<uint8_t>() + r * slot_bytes_;
-      a = 0;
+    };
+    // 3. Round c, owner: exact own values + decoded copies, (average), quantization #2.
+    auto reduce_encode = [&](int c) {
+      const Chunk& ch = chunks_[size_t(c)];
+      const auto& mine = ch.parts[size_t(me)];
+      float* acc = acc_.data() + aoff[size_t(c)];
+      int64_t a = 0;
       for (const auto& run : mine) {
-        decode_add(in, run.numel, codec, acc_.data() + a);  // NaN marks turn into NaN sums
-        in += encoded_bytes(run.numel, codec);
+        load_float(flat, run.offset, run.numel, acc + a);
+        if (ef) {
+          const float* res = residual_.data() + run.offset;
+          for (int64_t i = 0; i < run.numel; ++i) acc[a + i] += res[i];
+        }
         a += run.numel;
       }
-    }
-    if (average) {
-      const float p = float(P);
-      for (auto& v : acc_) v /= p;
-    }
-    ensure_bytes(gather_in_, slot_bytes_);
-    ensure_bytes(gather_out_, P * slot_bytes_);
-    const StreamKey k2{opts_.seed, step, uint32_t(me), kPhaseGather};
-    uint8_t* out = gather_in_.data_ptr<uint8_t>();
-    a = 0;
-    for (const auto& run : mine) {
-      encode(acc_.data() + a, run.numel, codec, k2, run.first_bucket, out);
-      if (ef) {  // the owned part's share of the phase-2 error, scaled back to a sum term
-        tmp_.resize(size_t(run.numel));
-        decode(out, run.numel, codec, tmp_.data());
-        float* res = residual_.data() + run.offset;
-        const float scale = average ? float(P) : 1.0f;
-        for (int64_t i = 0; i < run.numel; ++i) res[i] = (acc_[size_t(a + i)] - tmp_[size_t(i)]) * scale;
+      for (int r = 0; r < P; ++r) {
+        if (r == me) continue;
+        const uint8_t* in = recv_.data_ptr<uint8_t>() + P * soff[size_t(c)] + r * ch.slot;
+        a = 0;
+        for (const auto& run : mine) {
+          decode_add(in, run.numel, codec, acc + a);  // NaN marks turn into NaN sums
+          in += encoded_bytes(run.numel, codec);
+          a += run.numel;
+        }
       }
-      out += encoded_bytes(run.numel, codec);
-      a += run.numel;
-    }
-    st.bytes_sent += (P - 1) * part_bytes_[size_t(me)];
+      if (average) {
+        const float p = float(P);
+        for (int64_t i = 0; i < ch.part_elems[size_t(me)]; ++i) acc[i] /= p;
+      }
+      uint8_t* out = gather_in_.data_ptr<uint8_t>() + soff[size_t(c)];
+      a = 0;
+      for (const auto& run : mine) {
+        encode(acc + a, run.numel, codec, k2, run.first_bucket, out);
+        if (ef) {  // the owned part's share of the phase-2 error, scaled back to a sum term
+          tmp_.resize(size_t(run.numel));
+          decode(out, run.numel, codec, tmp_.data());
+          float* res = residual_.data() + run.offset;
+          const float scale = average ? float(P) : 1.0f;
+          for (int64_t i = 0; i < run.numel; ++i) res[i] = (acc[a + i] - tmp_[size_t(i)]) * scale;
+        }
+        out += encoded_bytes(run.numel, codec);
+        a += run.numel;
+      }
+    };
+    // 4. Round c: every rank (the owner too) decodes every owner's bytes.
+    auto decode_gather = [&](int c) {
+      const Chunk& ch = chunks_[size_t(c)];
+      for (int r = 0; r < P; ++r) {
+        const uint8_t* in = gather_out_.data_ptr<uint8_t>() + P * soff[size_t(c)] + r * ch.slot;
+        for (const auto& run : ch.parts[size_t(r)]) {
+          if (decode(in, run.numel, codec, bytes_of(flat) + run.offset * es, dt) >= 0)
+            note_bad(run.layer);
+          in += encoded_bytes(run.numel, codec);
+        }
+      }
+    };
+    auto alltoall = [&](int c) {
+      const int64_t slot = chunks_[size_t(c)].slot;
+      at::Tensor o = recv_.narrow(0, P * soff[size_t(c)], P * slot);
+      at::Tensor i = send_.narrow(0, P * soff[size_t(c)], P * slot);
+      be.alltoall(o, i, step_context(ctx, OpKind::Alltoall, P * slot, at::kByte));
+    };
+    auto allgather = [&](int c) {
+      const int64_t slot = chunks_[size_t(c)].slot;
+      at::Tensor o = gather_out_.narrow(0, P * soff[size_t(c)], P * slot);
+      at::Tensor i = gather_in_.narrow(0, soff[size_t(c)], slot);
+      be.allgather(o, i, step_context(ctx, OpKind::Allgather, slot, at::kByte));
+    };
 
-    // 4. Allgather the owners' bytes; every rank (the owner too) decodes every part.
-    group.allgather(gather_out_, gather_in_)->wait();
-    for (int r = 0; r < P; ++r) {
-      const uint8_t* in = gather_out_.data_ptr<uint8_t>() + r * slot_bytes_;
-      for (const auto& run : parts_[size_t(r)]) {
-        if (decode(in, run.numel, codec, bytes_of(flat) + run.offset * es, dt) >= 0)
-          note_bad(run.layer);
-        in += encoded_bytes(run.numel, codec);
+    if (K == 1) {
+      encode_scatter(0);
+      alltoall(0);
+      reduce_encode(0);
+      allgather(0);
+      decode_gather(0);
+    } else {
+      // Pipeline: this (comm) thread makes only the backend calls, in a fixed order
+      // (alltoall 0..K-1, then allgather 0..K-1: the same on every rank); one helper
+      // thread does all the codec work in dependency order, so encoding round c+1 and
+      // reducing round c overlap the transfer of round c.
+      struct Progress {
+        std::mutex m;
+        std::condition_variable cv;
+        int encoded = 0, scattered = 0, reduced = 0, gathered = 0;
+        bool abort = false;
+        std::exception_ptr helper_error;
+        void bump(int& x) {
+          { std::lock_guard<std::mutex> l(m); ++x; }
+          cv.notify_all();
+        }
+        bool await(const int& x, int target) {
+          std::unique_lock<std::mutex> l(m);
+          cv.wait(l, [&] { return abort || x >= target; });
+          return !abort;
+        }
+        void stop(std::exception_ptr e = nullptr) {
+          { std::lock_guard<std::mutex> l(m); abort = true; if (e && !helper_error) helper_error = e; }
+          cv.notify_all();
+        }
+      } pg;
+      std::thread helper([&] {
+        try {
+          for (int c = 0; c < K; ++c) { encode_scatter(c); pg.bump(pg.encoded); }
+          for (int c = 0; c < K; ++c) {
+            if (!pg.await(pg.scattered, c + 1)) return;
+            reduce_encode(c);
+            pg.bump(pg.reduced);
+          }
+          for (int c = 0; c < K; ++c) {
+            if (!pg.await(pg.gathered, c + 1)) return;
+            decode_gather(c);
+          }
+        } catch (...) {
+          pg.stop(std::current_exception());
+        }
+      });
+      try {
+        for (int c = 0; c < K; ++c) {
+          if (!pg.await(pg.encoded, c + 1)) break;
+          alltoall(c);
+          pg.bump(pg.scattered);
+        }
+        for (int c = 0; c < K; ++c) {
+          if (!pg.await(pg.reduced, c + 1)) break;
+          allgather(c);
+          pg.bump(pg.gathered);
+        }
+      } catch (...) {
+        pg.stop();
+        helper.join();
+        throw;
       }
+      helper.join();
+      if (pg.helper_error) std::rethrow_exception(pg.helper_error);
     }
   }
 
   // 5. Plain layers back into place (averaged if asked), with their own NaN/Inf check.
-  if (plain_work) {
-    plain_work->wait();
+  if (any_plain) {
     if (average) plain_.div_(P);
     int64_t at = 0;
     for (int li : plain_layers_) {
@@ -243,14 +434,6 @@ AllreduceStats CompressedAllreduce::run(comm::ProcessGroup& group, at::Tensor& f
       at += l.numel;
     }
   }
-  if (bad >= 0) {
-    const std::string& bad_layer = layers_[size_t(bad)].name;
-    throw NonFiniteGradient(bad_layer, detail::concat(
-        "NaN or Inf in the gradient of layer '", bad_layer, "' (rank ", me, "/", P,
-        ", compressed allreduce call ", step, "): refusing to spread it; check the loss scale "
-        "or learning rate of that layer"));
-  }
-  return st;
 }
 
 AllreduceStats compressed_allreduce(comm::ProcessGroup& group, at::Tensor& flat,

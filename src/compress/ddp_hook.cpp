@@ -12,7 +12,7 @@ namespace {
 struct HookState {
   QsgdOptions options;
   std::mutex mu;  // hooks run one at a time, but the state must not rely on it
-  std::map<int64_t, std::unique_ptr<CompressedAllreduce>> plans;  // by bucket index
+  std::map<int64_t, std::shared_ptr<CompressedAllreduce>> plans;  // by bucket index
   std::map<int64_t, std::vector<int64_t>> layouts;                // offsets+numels signature
 };
 
@@ -30,17 +30,6 @@ std::vector<int64_t> signature(const ddp::GradBucket& b) {
     sig.push_back(int64_t(std::hash<std::string>{}(b.names[i])));
   }
   return sig;
-}
-
-comm::WorkPtr completed_work(const ddp::GradBucket& b) {
-  comm::OpDesc d;
-  d.kind = comm::OpKind::Allreduce;
-  d.numel = b.buffer.numel();
-  d.dtype = b.buffer.scalar_type();
-  auto w = std::make_shared<comm::Work>(d, comm::Millis(0), CommContext{});
-  w->mark_started();
-  w->finish();
-  return w;
 }
 
 }  // namespace
@@ -63,20 +52,16 @@ ddp::CommHook qsgd(QsgdOptions options) {
     auto sig = signature(bucket);
     auto& plan = state->plans[bucket.index];
     if (!plan || state->layouts[bucket.index] != sig) {
-      plan = std::make_unique<CompressedAllreduce>(state->options, spans_of(bucket),
+      plan = std::make_shared<CompressedAllreduce>(state->options, spans_of(bucket),
                                                    buf.numel(), group.size());
       state->layouts[bucket.index] = std::move(sig);
     }
-    try {
-      const AllreduceStats st = plan->run(group, buf, /*average=*/false);
-      r.bytes = st.bytes_sent;
-    } catch (const NonFiniteGradient&) {
-      // Every rank gets here for the same bucket (all collectives completed); report it
-      // where the reducer waits for results, so it is raised like a communication error.
-      auto err = std::current_exception();
-      r.finish = [err] { std::rethrow_exception(err); };
-    }
-    r.work = completed_work(bucket);
+    // The whole exchange runs on the comm thread as one composite op, so backward goes on
+    // while it runs. The plan (and the buffer, owned by the reducer) stay alive through the
+    // finish step, which raises NonFiniteGradient (naming the layer) on every rank alike.
+    r.work = plan->run_async(group, buf, /*average=*/false);
+    r.bytes = plan->last_stats().bytes_sent;
+    r.finish = [plan] { plan->finish(); };
     return r;
   };
 }

@@ -30,6 +30,8 @@ void validate(const QsgdOptions& o) {
   LOCKSTEP_CHECK(o.bucket_size >= 1 && o.bucket_size <= (int64_t(1) << 24),
                  "QsgdOptions::bucket_size must be 1..2^24, got ", o.bucket_size);
   LOCKSTEP_CHECK(o.min_layer >= 0, "QsgdOptions::min_layer must be >= 0, got ", o.min_layer);
+  LOCKSTEP_CHECK(o.pipeline_chunk >= 0, "QsgdOptions::pipeline_chunk must be >= 0, got ",
+                 o.pipeline_chunk);
 }
 
 QsgdOptions apply_env(QsgdOptions o) {

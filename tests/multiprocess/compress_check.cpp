@@ -3,12 +3,18 @@
 // Run under lockstep-run (any backend, 1..4 ranks); exits non-zero on any failure.
 #include <lockstep/compress/compressed_allreduce.h>
 #include <lockstep/lockstep.h>
+#ifdef LOCKSTEP_HAVE_DDP
+#include <lockstep/compress/ddp_hook.h>
+#endif
 
 #include <ATen/ATen.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
 
 using namespace lockstep::compress;
 
@@ -28,12 +34,19 @@ int failures = 0;
 // Rank r's input, known to every rank so the expected sum is closed form.
 float input(int r, int64_t i) { return std::sin(0.37f * float(i) + float(r)) * (1.0f + 0.5f * float(r)); }
 
-double bucket_unit(int r, int64_t lo_i, int64_t hi_i, int bits, at::ScalarType dt) {
+// Rank r's input rounded to dtype and back (computed once per rank: the closed-form
+// reference must not dominate the test's time).
+std::vector<float> rounded_input(int r, int64_t n, at::ScalarType dt) {
+  at::Tensor x = at::empty({n}, at::kFloat);
+  float* p = x.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) p[i] = input(r, i);
+  at::Tensor y = x.to(dt).to(at::kFloat).contiguous();
+  return std::vector<float>(y.data_ptr<float>(), y.data_ptr<float>() + n);
+}
+
+double bucket_unit(const std::vector<float>& v, int64_t lo_i, int64_t hi_i, int bits) {
   float lo = INFINITY, hi = -INFINITY;
-  for (int64_t i = lo_i; i < hi_i; ++i) {
-    float v = at::tensor({input(r, i)}).to(dt).to(at::kFloat).item<float>();
-    lo = std::min(lo, v), hi = std::max(hi, v);
-  }
+  for (int64_t i = lo_i; i < hi_i; ++i) lo = std::min(lo, v[size_t(i)]), hi = std::max(hi, v[size_t(i)]);
   return unit_for(lo, hi, bits);
 }
 
@@ -45,7 +58,7 @@ void check_case(lockstep::ProcessGroup& g, int64_t n, int bits, at::ScalarType d
   o.exclude = {};
   o.seed = 7;
   at::Tensor x = at::empty({n}, at::kFloat);
-  for (int64_t i = 0; i < n; ++i) x[i] = input(me, i);
+  { float* p_ = x.data_ptr<float>(); for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i); }
   at::Tensor t = x.to(dt);
   CompressedAllreduce plan(o, {{"w", 0, n}}, n, P);
   plan.run(g, t, average);
@@ -54,15 +67,19 @@ void check_case(lockstep::ProcessGroup& g, int64_t n, int bits, at::ScalarType d
   // plus the output dtype's rounding.
   double worst = 0, max_err = 0;
   const int L = (1 << bits) - 1;
+  std::vector<std::vector<float>> in;
+  for (int r = 0; r < P; ++r) in.push_back(rounded_input(r, n, dt));
+  const at::Tensor got_all = t.to(at::kFloat).contiguous();
+  const float* got_p = got_all.data_ptr<float>();
   for (int64_t b = 0; b < n; b += o.bucket_size) {
     const int64_t e = std::min(n, b + o.bucket_size);
     double u1 = 0;
-    for (int r = 0; r < P; ++r) u1 += bucket_unit(r, b, e, bits, dt);
+    for (int r = 0; r < P; ++r) u1 += bucket_unit(in[size_t(r)], b, e, bits);
     double lo = INFINITY, hi = -INFINITY;
     std::vector<double> exact;
     for (int64_t i = b; i < e; ++i) {
       double s = 0;
-      for (int r = 0; r < P; ++r) s += at::tensor({input(r, i)}).to(dt).to(at::kFloat).item<float>();
+      for (int r = 0; r < P; ++r) s += in[size_t(r)][size_t(i)];
       if (average) s /= P;
       exact.push_back(s);
       lo = std::min(lo, s), hi = std::max(hi, s);
@@ -71,7 +88,7 @@ void check_case(lockstep::ProcessGroup& g, int64_t n, int bits, at::ScalarType d
     const double u2 = (hi - lo + 2 * u1 * scale) / L;
     const double dt_eps = dt == at::kFloat ? 1e-6 : (dt == at::kHalf ? 1e-3 : 8e-3);
     for (int64_t i = b; i < e; ++i) {
-      const double got = t[i].to(at::kFloat).item<double>();
+      const double got = got_p[i];
       const double err = std::fabs(got - exact[size_t(i - b)]);
       const double bound = P == 1 ? 0 : u1 * scale + u2;
       const double slack = dt_eps * (std::fabs(exact[size_t(i - b)]) + 1) + 1e-5;
@@ -103,7 +120,7 @@ void check_mixed_layers_and_nan(lockstep::ProcessGroup& g) {
   const int64_t n = 5400;
   QsgdOptions o;  // defaults: 4 bits, exclude bias/norm, min_layer 1024
   at::Tensor t = at::empty({n}, at::kFloat);
-  for (int64_t i = 0; i < n; ++i) t[i] = input(me, i);
+  { float* p_ = t.data_ptr<float>(); for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i); }
   CompressedAllreduce plan(o, layers, n, P);
   plan.run(g, t, /*average=*/true);
   // Plain parts are exact averages (up to float summation order).
@@ -114,7 +131,7 @@ void check_mixed_layers_and_nan(lockstep::ProcessGroup& g) {
            t[i].item<double>(), s / P);
   }
   // NaN on the last rank in b.weight: every rank raises, naming the layer.
-  for (int64_t i = 0; i < n; ++i) t[i] = input(me, i);
+  { float* p_ = t.data_ptr<float>(); for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i); }
   if (me == P - 1) t[4000] = NAN;
   std::string named;
   try {
@@ -125,7 +142,7 @@ void check_mixed_layers_and_nan(lockstep::ProcessGroup& g) {
   }
   EXPECT(named == "b.weight", "expected NonFiniteGradient naming b.weight, got '%s'", named.c_str());
   // Inf in a plain layer is reported too.
-  for (int64_t i = 0; i < n; ++i) t[i] = input(me, i);
+  { float* p_ = t.data_ptr<float>(); for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i); }
   if (me == 0) t[3010] = INFINITY;
   named.clear();
   try {
@@ -135,6 +152,103 @@ void check_mixed_layers_and_nan(lockstep::ProcessGroup& g) {
   }
   EXPECT(named == "a.bias", "expected NonFiniteGradient naming a.bias, got '%s'", named.c_str());
 }
+
+// Several plans in flight at once (as DDP buckets are): issue all, then wait; the results,
+// pipelined in many rounds, must equal the blocking one-round path's bits, and a plain collective issued in between from the
+// same thread must not disturb the composites' order.
+void check_async_overlap(lockstep::ProcessGroup& g) {
+  const int P = g.size(), me = g.rank();
+  QsgdOptions o;
+  o.seed = 11;
+  o.min_layer = 0;
+  const std::vector<int64_t> sizes{5000, 129, 70001};
+  std::vector<std::unique_ptr<CompressedAllreduce>> a, b;
+  std::vector<at::Tensor> xa, xb;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const int64_t n = sizes[k];
+    std::vector<LayerSpan> layers{{"w" + std::to_string(k), 0, n - 3}, {"bias", n - 3, 3}};
+    QsgdOptions serial = o, piped = o;
+    serial.pipeline_chunk = 0;  // one round
+    piped.pipeline_chunk = 700; // up to 16 rounds, helper thread: same values expected
+    a.push_back(std::make_unique<CompressedAllreduce>(serial, layers, n, P));
+    b.push_back(std::make_unique<CompressedAllreduce>(piped, layers, n, P));
+    at::Tensor t = at::empty({n}, at::kFloat);
+    { float* p_ = t.data_ptr<float>(); for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i + 1000 * int64_t(k)); }
+    xa.push_back(t.clone());
+    xb.push_back(t.clone());
+  }
+  for (size_t k = 0; k < sizes.size(); ++k) a[k]->run(g, xa[k], true);
+  std::vector<lockstep::comm::WorkPtr> works;
+  at::Tensor extra = at::full({10}, float(me + 1));
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    works.push_back(b[k]->run_async(g, xb[k], true));
+    if (k == 0) works.push_back(g.allreduce(extra));
+  }
+  for (auto& w : works) w->wait();
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    b[k]->finish();
+    EXPECT(at::equal(xa[k], xb[k]), "async pipelined result %zu (%d rounds) differs from the "
+           "blocking one-round one", k, b[k]->rounds());
+  }
+  EXPECT(extra[0].item<float>() == float(P * (P + 1) / 2), "interleaved allreduce %g",
+         extra[0].item<float>());
+}
+
+#ifdef LOCKSTEP_HAVE_DDP
+// The DDP hook (composite op, async) and the direct path give identical bits, step after
+// step (same seed, same step counter); NaN through the hook is raised by its finish step
+// on every rank and leaves the group usable.
+void check_hook_matches_direct(lockstep::ProcessGroup& g) {
+  const int P = g.size(), me = g.rank();
+  QsgdOptions o;
+  o.seed = 3;
+  o.use_env = false;
+  lockstep::ddp::GradBucket bk;
+  bk.index = 0;
+  bk.num_buckets = 1;
+  bk.is_last = true;
+  bk.world_size = P;
+  bk.names = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"};
+  bk.offsets = {0, 4096, 4160, 14160};
+  bk.numels = {4096, 64, 10000, 10};
+  bk.shapes = {{64, 64}, {64}, {10, 1000}, {10}};
+  bk.param_indices = {0, 1, 2, 3};
+  const int64_t n = 14170;
+  bk.buffer = at::empty({n}, at::kFloat);
+  auto hook = qsgd(o);
+  std::vector<LayerSpan> spans;
+  for (size_t i = 0; i < bk.names.size(); ++i) spans.push_back({bk.names[i], bk.offsets[i], bk.numels[i]});
+  CompressedAllreduce direct(o, spans, n, P);
+  for (int step = 0; step < 3; ++step) {
+    at::Tensor x = at::empty({n}, at::kFloat);
+    { float* p_ = x.data_ptr<float>(); for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i + 17 * step) / float(P); }
+    bk.buffer.copy_(x);
+    auto r = hook(g, bk);
+    r.work->wait();
+    if (r.finish) r.finish();
+    direct.run(g, x, /*average=*/false);
+    EXPECT(std::memcmp(x.data_ptr(), bk.buffer.data_ptr(), size_t(n) * 4) == 0,
+           "step %d: hook and direct path differ (max diff %g)", step,
+           (x - bk.buffer).abs().max().item<double>());
+    EXPECT(r.bytes == direct.last_stats().bytes_sent, "hook bytes %ld vs %ld", long(r.bytes),
+           long(direct.last_stats().bytes_sent));
+  }
+  { float* p_ = bk.buffer.data_ptr<float>(); for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i); }
+  if (me == 0) bk.buffer[5000] = NAN;
+  std::string named;
+  auto r = hook(g, bk);
+  try {
+    r.work->wait();
+    if (r.finish) r.finish();
+  } catch (const NonFiniteGradient& e) {
+    named = e.layer();
+  }
+  EXPECT(named == "fc2.weight", "hook: expected NonFiniteGradient naming fc2.weight, got '%s'",
+         named.c_str());
+  g.barrier()->wait();  // the group survived the NaN report
+  if (me == 0) std::printf("DDP hook (async composite) == direct path, bit for bit; NaN reported\n");
+}
+#endif
 
 }  // namespace
 
@@ -148,6 +262,10 @@ int main() {
     check_case(*g, 4099, 4, at::kBFloat16, true);
     check_case(*g, 4099, 8, at::kHalf, false);
     check_mixed_layers_and_nan(*g);
+    check_async_overlap(*g);
+#ifdef LOCKSTEP_HAVE_DDP
+    check_hook_matches_direct(*g);
+#endif
     g->barrier()->wait();
     if (g->rank() == 0)
       std::printf("compress_check %s: P=%d backend=%s, %d failures\n", failures ? "FAILED" : "passed",

@@ -12,23 +12,34 @@
 //   4. An allgather sends the owner's bytes to all; every rank decodes every part with the
 //      same code on the same bytes, so all replicas end bit-identical.
 // Every value is thus quantized exactly twice whatever P is. Layers the policy leaves
-// uncompressed go in one plain allreduce issued first (it overlaps the encoding). World
+// uncompressed go in one plain allreduce of their concatenation, the first step. World
 // size 1 moves nothing and changes nothing (beyond the NaN/Inf check and averaging by 1).
+//
+// Asynchrony: run_async() issues the whole exchange (plain allreduce, encode, alltoall,
+// owner sum, re-encode, allgather, decode) as ONE ProcessGroup::run_composite operation,
+// which runs on the group's comm thread and calls the backend directly. The caller's
+// thread (e.g. autograd) goes on at once; the steps keep the same order on every rank
+// however other threads interleave their collectives, since the composite holds one
+// sequence number and one descriptor check (numel, dtype) for all of them. run() is
+// run_async() + wait() + finish().
 //
 // Bytes a rank sends per call, n compressed values, b bits, bucket B:
 //   about 2 (P-1)/P * n * (b/8 + 8/B)   vs   2 (P-1)/P * 4 n uncompressed float32.
 //
-// NaN/Inf: a non-finite value anywhere makes run() throw NonFiniteGradient naming the
-// (first) affected layer on EVERY rank, after all collectives completed, so no rank is left
-// waiting. The buffer then holds NaNs in that layer.
+// NaN/Inf: a non-finite value anywhere makes run() (finish() after run_async()) throw
+// NonFiniteGradient naming the (first) affected layer on EVERY rank, after all collectives
+// completed, so no rank is left waiting and the group stays usable (the composite itself
+// completes normally; the finding is raised on the caller's thread). The buffer then holds
+// NaNs in that layer.
 //
 // Error feedback (QsgdOptions::error_feedback): the residual of both quantizations a rank
 // performs is kept (float32, one per element) and added to the next call's input, so the
 // error does not accumulate over steps: phase-1 residual x - Q1(x) for the parts sent away;
 // for the owned part the phase-2 residual of the sum, scaled by P when averaging.
 //
-// Thread safety: one instance per buffer layout; run() is not reentrant. Collectives are
-// issued from the calling thread in a fixed order (identical on every rank).
+// Thread safety: one instance per buffer layout; one call in flight per instance (a second
+// run_async() before the first completed waits for the first). Issue calls on
+// different instances from one thread in the same order on every rank (as any collective).
 #pragma once
 
 #include <lockstep/comm/process_group.h>
@@ -68,6 +79,16 @@ class CompressedAllreduce {
   // leaves the sum over ranks (the mean if `average`) in `flat`, identical on all ranks.
   AllreduceStats run(comm::ProcessGroup& group, at::Tensor& flat, bool average);
 
+  // Asynchronous form: validates and numbers the call on the calling thread, queues the
+  // exchange as one composite op and returns its work. Until the work completed, `flat`
+  // must not be read or written and this plan must stay alive. Then call finish() (on any
+  // one thread): it raises NonFiniteGradient if the call met NaN/Inf (on every rank alike)
+  // and returns the call's statistics. A failed work (CommError from wait()) needs no finish().
+  comm::WorkPtr run_async(comm::ProcessGroup& group, at::Tensor flat, bool average);
+  AllreduceStats finish();
+  // Statistics of the latest run_async() (known at issue time: they follow from the plan).
+  const AllreduceStats& last_stats() const { return last_stats_; }
+
   int64_t numel() const { return numel_; }
   int world_size() const { return world_; }
   const QsgdOptions& options() const { return opts_; }
@@ -81,7 +102,10 @@ class CompressedAllreduce {
     uint64_t first_bucket; // global bucket index (the RNG counter)
   };
   const std::vector<Run>& part(int r) const { return parts_[size_t(r)]; }
+  // Bytes of part r summed over the pipeline rounds.
   int64_t part_bytes(int r) const { return part_bytes_[size_t(r)]; }
+  // Pipeline rounds (QsgdOptions::pipeline_chunk): each part cut into rounds() chunks.
+  int rounds() const { return int(chunks_.size()); }
 
  private:
   QsgdOptions opts_;
@@ -90,13 +114,28 @@ class CompressedAllreduce {
   int world_;
   std::vector<std::vector<Run>> parts_;  // per owner rank
   std::vector<int64_t> part_elems_, part_bytes_;
-  int64_t slot_bytes_ = 0;               // max part bytes: the alltoall/allgather slot
+  int64_t slot_bytes_ = 0;               // max part bytes (0: nothing compressed)
+  struct Chunk {                         // one pipeline round: a slice of every part
+    std::vector<std::vector<Run>> parts;
+    std::vector<int64_t> part_elems, part_bytes;
+    int64_t slot = 0;                    // this round's alltoall/allgather slot bytes
+  };
+  std::vector<Chunk> chunks_;
   std::vector<int> plain_layers_;
   int64_t plain_elems_ = 0;
   uint64_t step_ = 0;
+  // The call in flight (or the latest): written on the issuing thread before the work is
+  // queued, bad_ written by the comm thread before the work completes (Work's lock orders it).
+  comm::WorkPtr inflight_;
+  AllreduceStats last_stats_;
+  int bad_ = -1;  // first non-finite layer (buffer order) of the latest call
+  uint64_t last_step_ = 0;
+  int last_rank_ = 0;
+  void exchange(comm::Backend& be, const comm::OpContext& ctx, at::Tensor& flat, bool average,
+                uint64_t step);
   std::vector<float> residual_;          // error feedback, one per element (lazily sized)
   at::Tensor send_, recv_, gather_in_, gather_out_, plain_;
-  std::vector<float> acc_, tmp_;
+  std::vector<float> acc_, tmp_, ef_x_, ef_q_;
 };
 
 // One-shot convenience: plans, runs, and throws away the plan (tests, benchmarks).

@@ -35,6 +35,11 @@ struct QsgdOptions {
   bool error_feedback = false;  // add each step's quantization residual to the next step
   uint64_t seed = 0;            // with (step, rank, bucket) selects the rounding decisions
   bool use_env = true;          // qsgd(): apply LOCKSTEP_COMPRESSION_* overrides
+  // Pipelining of the compressed allreduce: each rank's part is exchanged in rounds of about
+  // this many values (at most 16 rounds), so the codec work of one round overlaps the
+  // transfer of another (one helper thread per call while it runs). 0 = one round. Results
+  // do not depend on it; every rank must use the same value (it shapes the messages).
+  int64_t pipeline_chunk = int64_t(1) << 20;
 
   CodecOptions codec() const { return {bits, bucket_size, stochastic}; }
   bool enabled() const { return bits != 32; }
