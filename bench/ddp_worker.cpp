@@ -1,0 +1,171 @@
+// lockstep-bench ddp --worker: one rank of the lockstep DDP step benchmark.
+//
+// Times forward / backward / optimizer of every step (no barrier between steps, as in
+// training), reads StepStats after each, checks that all replicas end identical, times
+// backward under no_sync() (compute only, same contention), and with --profile the
+// step's components in isolation. Rank 0 prints "RESULT key value" lines (seconds).
+#include "bench_util.h"
+#include "ddp_bench.h"
+
+#include <lockstep/ddp/ddp.h>
+#include <lockstep/lockstep.h>
+#include <lockstep/models/mlp.h>
+
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <vector>
+
+namespace lockstep::bench {
+namespace {
+
+void result(int rank, const char* key, double v) {
+  if (rank == 0) std::printf("RESULT %s %.6f\n", key, v);
+  std::fflush(stdout);
+}
+
+// True if `v` is the same on every rank.
+bool same_everywhere(ProcessGroup& g, double v) {
+  auto lo = at::full({1}, v, at::kDouble), hi = lo.clone();
+  comm::AllreduceOptions min, max;
+  min.op = comm::ReduceOp::Min;
+  max.op = comm::ReduceOp::Max;
+  g.allreduce(lo, min)->wait();
+  g.allreduce(hi, max)->wait();
+  return lo.item<double>() == hi.item<double>();
+}
+
+// Median seconds of fn over `n` runs, all ranks starting together.
+double timed(ProcessGroup& g, int n, const std::function<void()>& fn) {
+  auto runs = time_runs(fn, [&] { g.barrier()->wait(); }, 1, n, n, 0.0);
+  return median(runs);
+}
+
+template <class DDP>
+void profile(ProcessGroup& g, DDP& ddp, torch::optim::SGD& opt, int me) {
+  const int n = 7;
+  std::vector<at::Tensor> params = ddp.parameters();
+  int64_t total = 0;
+  for (auto& p : params) total += p.numel();
+  at::Tensor flat = at::randn({total}), other = at::empty({total});
+  result(me, "prof_allreduce_all", timed(g, n, [&] { g.allreduce(flat)->wait(); }));
+  std::vector<at::Tensor> bufs;
+  for (const auto& b : ddp.reducer().buckets()) bufs.push_back(b.buffer.clone());
+  result(me, "prof_allreduce_buckets", timed(g, n, [&] {
+           std::vector<comm::WorkPtr> w;
+           for (auto& b : bufs) w.push_back(g.allreduce(b));
+           for (auto& x : w) x->wait();
+         }));
+  result(me, "prof_mul_out", timed(g, n, [&] { at::mul_out(other, flat, 0.5); }));
+  result(me, "prof_copy", timed(g, n, [&] { other.copy_(flat); }));
+  result(me, "prof_zero_grad", timed(g, n, [&] { opt.zero_grad(); }));
+  result(me, "prof_sgd", timed(g, n, [&] {
+           torch::NoGradGuard ng;
+           opt.step();
+         }));
+  // fc1's weight gradient, the only compute left in backward once fc2's 67 MB bucket is
+  // launched: alone, and while that allreduce runs on the comm thread.
+  at::Tensor gy = at::randn({64, 4096}), x = at::randn({64, 1024}), dw = at::empty({4096, 1024});
+  result(me, "prof_fc1_dw", timed(g, n, [&] { at::mm_out(dw, gy.t(), x); }));
+  at::Tensor big = at::randn({4096 * 4096 + 4096 + 4096 * 10 + 10});
+  double during = 0;
+  std::vector<double> ds;
+  for (int i = 0; i < n; ++i) {
+    g.barrier()->wait();
+    auto w = g.allreduce(big);
+    const double t0 = now_s();
+    at::mm_out(dw, gy.t(), x);
+    ds.push_back(now_s() - t0);
+    w->wait();
+  }
+  during = median(ds);
+  result(me, "prof_fc1_dw_overlap", during);
+}
+
+}  // namespace
+
+int ddp_worker(const DdpArgs& a) {
+  at::set_num_threads(1);
+  lockstep::InitOptions io;
+  io.backend = a.backend;
+  auto g = lockstep::init(io);
+  const int me = g->rank();
+  torch::manual_seed(0);
+  lockstep::models::Mlp model(std::vector<int64_t>{1024, 4096, 4096, 10});
+  lockstep::DDPOptions o;
+  o.gradient_as_bucket_view = a.view;
+  lockstep::DistributedDataParallel ddp(model, g, o);
+  torch::optim::SGD opt(ddp.parameters(), 0.01);
+
+  torch::manual_seed(1000 + me);
+  std::vector<std::pair<at::Tensor, at::Tensor>> batches;
+  for (int i = 0; i < 4; ++i)
+    batches.emplace_back(torch::randn({a.batch, 1024}), torch::randint(0, 10, {a.batch}));
+
+  struct Times {
+    double step, fwd, bwd, opt, exposed, hook_bwd, finalize;
+  };
+  std::vector<Times> times;
+  at::Tensor loss;
+  auto step = [&](int k, bool record) {
+    auto& [xb, yb] = batches[k % batches.size()];
+    const double t0 = now_s();
+    opt.zero_grad();
+    loss = torch::nn::functional::cross_entropy(ddp(xb), yb);
+    const double t1 = now_s();
+    loss.backward();
+    const double t2 = now_s();
+    opt.step();
+    const double t3 = now_s();
+    const auto& s = ddp.last_step_stats();
+    if (record)
+      times.push_back({t3 - t0, t1 - t0, t2 - t1, t3 - t2, s.exposed_comm_s, s.backward_s,
+                       s.finalize_s});
+  };
+  for (int k = 0; k < a.warmup; ++k) step(k, false);
+  g->barrier()->wait();
+  for (int k = 0; k < a.steps; ++k) step(k, true);
+  bool ok = std::isfinite(loss.item<double>());
+
+  // Identical replicas after training: a checksum of all parameters agrees everywhere.
+  double sum = 0;
+  for (const auto& p : ddp.parameters()) sum += p.to(at::kDouble).sum().item<double>();
+  ok = same_everywhere(*g, sum) && ok;
+
+  // Backward without communication, under the same contention.
+  g->barrier()->wait();
+  std::vector<double> nosync;
+  {
+    auto guard = ddp.no_sync();
+    for (int k = 0; k < std::max(5, a.steps / 3); ++k) {
+      auto& [xb, yb] = batches[k % batches.size()];
+      opt.zero_grad();
+      auto l = torch::nn::functional::cross_entropy(ddp(xb), yb);
+      const double t0 = now_s();
+      l.backward();
+      nosync.push_back(now_s() - t0);
+    }
+  }
+  g->barrier()->wait();
+
+  auto med = [&](double Times::*f) {
+    std::vector<double> v;
+    for (const auto& t : times) v.push_back(t.*f);
+    return median(v);
+  };
+  result(me, "step", med(&Times::step));
+  result(me, "forward", med(&Times::fwd));
+  result(me, "backward", med(&Times::bwd));
+  result(me, "optimizer", med(&Times::opt));
+  result(me, "exposed_comm", med(&Times::exposed));
+  result(me, "hook_backward", med(&Times::hook_bwd));
+  result(me, "finalize", med(&Times::finalize));
+  result(me, "backward_nosync", median(nosync));
+  result(me, "buckets", double(ddp.last_step_stats().buckets));
+  result(me, "verified", ok ? 1.0 : 0.0);
+  if (a.profile) profile(*g, ddp, opt, me);
+  g->barrier()->wait();
+  return ok ? 0 : 1;
+}
+
+}  // namespace lockstep::bench
