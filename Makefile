@@ -5,7 +5,7 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 CTEST_FLAGS ?=
 NPROC ?= 2
 
-.PHONY: all deps deps-bench configure build test demo bench clean
+.PHONY: all deps deps-bench configure build test demo demo-fashion-mnist bench clean
 
 all: build
 
@@ -27,14 +27,23 @@ build: configure
 test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600 $(CTEST_FLAGS)
 
-# The main job: a convnet trained on Fashion-MNIST with DDP on $(NPROC) local ranks.
+# The main job: the recommender pipeline (generate client event logs, train the client
+# time series model with DDP on $(NPROC) local ranks, backtest, quality gate, export).
 demo: build
+	$(BUILD)/apps/lockstep-run --nproc-per-node $(NPROC) --master-port 0 \
+	  $(BUILD)/apps/lockstep-train/lockstep-train configs/ctsm-demo.toml
+
+# The first real job: a convnet trained on Fashion-MNIST with DDP.
+demo-fashion-mnist: build
 	$(BUILD)/apps/lockstep-run --nproc-per-node $(NPROC) --master-port 0 \
 	  $(BUILD)/examples/fashion_mnist/fashion-mnist-ddp
 
 # Benchmarks against the peers (c10d Gloo, OpenMPI, PyTorch DDP), side by side.
 bench: deps-bench build
 	$(BUILD)/bench/lockstep-bench collectives
+	$(BUILD)/bench/lockstep-bench ddp
+	$(BUILD)/bench/lockstep-bench compression
+	$(BUILD)/bench/lockstep-bench train
 
 clean:
 	rm -rf $(BUILD)

@@ -55,7 +55,7 @@ double bus_factor(const std::string& op, int p) {
 }
 
 int run_worker(const Args& a) {
-  auto control = lockstep::init({.backend = "auto"});  // for coordination only
+  auto control = lockstep::init();  // for coordination only
   const int p = control->size();
   auto impls = make_impls(a.impls, *control);
   std::ofstream csv;

@@ -40,6 +40,7 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
       options_(options),
       world_size_(group_->size()),
       scale_(1.0 / group_->size()),
+      scale_t_(at::scalar_tensor(scale_, at::kDouble)),
       hook_(hooks::allreduce_hook()) {
   LOCKSTEP_CHECK(group_ != nullptr, "DDP needs a process group");
   LOCKSTEP_CHECK_EQ(params_.size(), names_.size());
@@ -182,9 +183,11 @@ void Reducer::copy_grad_to_bucket_locked(int64_t i) {
   }
   if (grad.data_ptr() == view.data_ptr()) {
     // gradient_as_bucket_view and autograd accumulated in place into the view.
-    if (world_size_ > 1) view.mul_(scale_);
+    if (world_size_ > 1) view.mul_(scale_t_);
   } else if (world_size_ > 1) {
-    at::mul_out(view, grad, scale_);  // copy and divide in one pass
+    // Copy and divide in one pass. The scale is a 0-dim tensor: libtorch 1.13's
+    // mul_out(Scalar) has no CPU kernel and goes through a full-size temporary (6x slower).
+    at::mul_out(view, grad, scale_t_);
   } else {
     view.copy_(grad);
   }

@@ -109,6 +109,7 @@ class Reducer {
   const DDPOptions options_;
   const int world_size_;
   const double scale_;
+  const at::Tensor scale_t_;  // scale_ as a 0-dim tensor, for the fused copy-and-scale
   CommHook hook_;
   std::vector<compat::PostHookHandle> hook_handles_;
 

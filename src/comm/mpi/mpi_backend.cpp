@@ -44,12 +44,15 @@ int64_t max_count() {
 }
 
 // Poll pacing: spin first (latency), then yield (oversubscribed ranks), then sleep.
+// OpenMPI advances a large nonblocking collective only inside MPI calls, so the
+// yield phase lasts long enough to cover big transfers; sleeping is for long waits
+// (a slow peer at a barrier), where giving the core away matters more.
 class Backoff {
  public:
   void pause() {
     const auto e = Clock::now() - start_;
     if (e < std::chrono::microseconds(50)) return;
-    if (e < std::chrono::milliseconds(20)) {
+    if (e < std::chrono::seconds(2)) {
       sched_yield();
       return;
     }

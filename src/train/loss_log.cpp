@@ -1,0 +1,35 @@
+#include <lockstep/train/loss_log.h>
+
+#include <lockstep/error.h>
+#include <lockstep/train/atomic_file.h>
+
+#include <filesystem>
+#include <sstream>
+
+namespace lockstep::train {
+
+LossLog::LossLog(std::string path, int64_t resume_step) : path_(std::move(path)) {
+  const char* header = "step,epoch,loss,lr,step_s\n";
+  std::string kept = header;
+  if (resume_step > 0 && std::filesystem::exists(path_)) {
+    std::istringstream in(read_file(path_));
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line))
+      if (!line.empty() && std::stoll(line.substr(0, line.find(','))) <= resume_step) kept += line + "\n";
+  }
+  write_file_atomic(path_, kept);
+  f_ = std::fopen(path_.c_str(), "a");
+  if (!f_) throw Error(path_ + ": cannot open for appending");
+}
+
+LossLog::~LossLog() {
+  if (f_) std::fclose(f_);
+}
+
+void LossLog::append(int64_t step, int64_t epoch, double loss, double lr, double step_s) {
+  std::fprintf(f_, "%lld,%lld,%.9g,%.9g,%.6f\n", (long long)step, (long long)epoch, loss, lr, step_s);
+  std::fflush(f_);
+}
+
+}  // namespace lockstep::train

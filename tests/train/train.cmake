@@ -1,0 +1,22 @@
+# Tests of the trainer, the CTSM model and the event-log format. Included from tests/
+# (include(${PROJECT_SOURCE_DIR}/tests/train/train.cmake)) after GoogleTest is found.
+file(GLOB TRAIN_UNIT_TESTS CONFIGURE_DEPENDS
+  ${PROJECT_SOURCE_DIR}/tests/unit/test_train_*.cpp
+  ${PROJECT_SOURCE_DIR}/tests/unit/test_events_*.cpp
+  ${PROJECT_SOURCE_DIR}/tests/unit/test_ctsm_*.cpp)
+add_executable(unit_train ${TRAIN_UNIT_TESTS})
+target_link_libraries(unit_train PRIVATE lockstep_train GTest::gtest_main)
+gtest_discover_tests(unit_train DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 120)
+
+# Reloads an exported model and scores the backtest period with it (used by train_e2e).
+add_executable(ctsm_score_exported ${PROJECT_SOURCE_DIR}/tests/train/score_exported.cpp)
+target_link_libraries(ctsm_score_exported PRIVATE lockstep_train)
+
+set(TRAIN_TEST_ARGS $<TARGET_FILE:lockstep-run> $<TARGET_FILE:lockstep-train>
+    $<TARGET_FILE:ctsm_score_exported> ${PROJECT_SOURCE_DIR})
+# generate -> train on 2 ranks -> gate -> export -> reload and score; gate miss; config
+# errors; corrupt shard; TensorBoard files checked by an independent (stdlib) reader.
+add_test(NAME train_e2e COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/e2e_test.sh ${TRAIN_TEST_ARGS})
+# interrupted + resumed run == uninterrupted run, bit for bit, at 2 ranks.
+add_test(NAME train_resume COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/resume_test.sh ${TRAIN_TEST_ARGS})
+set_tests_properties(train_e2e train_resume PROPERTIES LABELS "train;multiprocess" TIMEOUT 240)
