@@ -11,3 +11,5 @@
 #include <lockstep/ddp/ddp.h>
 #include <lockstep/data/data.h>
 #include <lockstep/models/models.h>
+#include <lockstep/compress/compressed_allreduce.h>
+#include <lockstep/compress/ddp_hook.h>

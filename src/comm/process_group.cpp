@@ -17,14 +17,22 @@ ProcessGroup::ProcessGroup(std::unique_ptr<Backend> backend, ProcessGroupOptions
 }
 
 ProcessGroup::~ProcessGroup() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-    // A broken group cannot finish its queue: wake a backend that may still be blocked.
-    if (broken_) backend_->abort();
-  }
+  std::unique_lock<std::mutex> lock(mu_);
+  stopping_ = true;
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  // Finish the queued work, but never hang on a backend that is stuck past its op's
+  // deadline (e.g. a Work::wait() already gave up on it) or on a broken group: abort it.
+  bool aborted = false;
+  while (!exited_) {
+    const bool overdue = running_ && Clock::now() > running_deadline_ + Millis(2000);
+    if (!aborted && (broken_ || overdue)) {
+      backend_->abort();
+      aborted = true;
+    }
+    cv_.wait_for(lock, Millis(50));
+  }
+  lock.unlock();
+  thread_.join();
 }
 
 CommContext ProcessGroup::context_for(const OpDesc& d) const {
@@ -63,8 +71,13 @@ void ProcessGroup::comm_loop() {
     Task task;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      running_ = false;
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
+      if (queue_.empty()) {
+        exited_ = true;
+        cv_.notify_all();
+        return;
+      }
       task = std::move(queue_.front());
       queue_.pop_front();
       if (broken_) {
@@ -72,6 +85,8 @@ void ProcessGroup::comm_loop() {
         task.work->finish(broken_);
         continue;
       }
+      running_ = true;
+      running_deadline_ = Clock::now() + task.timeout;
     }
     run_task(task);
   }

@@ -92,3 +92,15 @@ TEST(Ctsm, LossIsFiniteAndGradientsFlow) {
   for (auto& p : m->parameters()) with_grad += p.grad().defined() && p.grad().abs().sum().item<float>() > 0;
   EXPECT_GT(with_grad, 10);
 }
+
+TEST(Ctsm, GapIsMeasuredToThePreviousShipment) {
+  // Day 20's items follow the day-1 shipment (19 days), not the day-4 rating (16 days).
+  auto ex = make_train_example(history(), 1000 * 86400, 64);
+  ASSERT_EQ(ex.positions.size(), 8u);
+  EXPECT_FLOAT_EQ(ex.positions[0].gap_days, 0.f);
+  EXPECT_FLOAT_EQ(ex.positions[4].gap_days, 19.f);
+  EXPECT_FLOAT_EQ(ex.positions[6].gap_days, 20.f);
+  // Backtest candidates: day 40 follows the day-20 shipment.
+  auto ev = make_eval_example(history(), 30 * 86400, 60 * 86400, 16, 4);
+  EXPECT_FLOAT_EQ(ev.positions[6].gap_days, 20.f);
+}

@@ -38,7 +38,9 @@ struct ProcessGroupOptions {
 class ProcessGroup {
  public:
   ProcessGroup(std::unique_ptr<Backend> backend, ProcessGroupOptions options = {});
-  ~ProcessGroup();  // finishes queued work, then stops the comm thread
+  // Finishes queued work, then stops the comm thread; aborts the backend instead of
+  // waiting on an op stuck past its deadline or on a broken group.
+  ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
@@ -98,6 +100,9 @@ class ProcessGroup {
   std::condition_variable cv_;
   std::deque<Task> queue_;
   bool stopping_ = false;
+  bool exited_ = false;             // the comm thread has left its loop
+  bool running_ = false;            // a task is in the backend
+  Clock::time_point running_deadline_;
   uint64_t next_seq_ = 1;           // collectives
   std::exception_ptr broken_;       // first failure; later ops fail with it
   std::thread thread_;

@@ -3,7 +3,8 @@
 //
 // The world: items have latent style vectors clustered around a few style centroids plus
 // a popularity bias; each client has a latent style preference that drifts over time (an
-// Ornstein-Uhlenbeck process with a configurable half-life) and a keep propensity. Every
+// Ornstein-Uhlenbeck process around its style centroid with a configurable half-life) and a
+// keep propensity. Every
 // few weeks a stylist, who knows the client's taste only noisily, picks a shipment of
 // several items; the client keeps each with probability
 //   sigmoid(affinity * <u_client(t), v_item>/sqrt(d) + bias_item + propensity_client

@@ -3,8 +3,8 @@
 // Reads one client's events in time order and gives, for every target position (an item
 // shipped to the client), the logit of the probability that the client keeps (buys) it,
 // using only events strictly earlier in time. Per-event input: item embedding, event
-// kind, time features; outcome (kept/returned/feedback type and rating, and the item
-// embedding signed by the outcome) enters only as context on the key side (ctsm_layer.h).
+// kind, time features; outcome (kept/returned/feedback type and rating, and a learned map
+// of the item embedding signed by the outcome) enters only as context on the key side (ctsm_layer.h).
 // Score: MLP(state) + <W state, item embedding> + item bias. A learned start token is visible to every
 // position (ctsm_attention.h). Parameter count is dominated by the item table:
 // (num_items+1)*d_model; e.g. 200k items x 128 = 25.6M.
@@ -44,7 +44,7 @@ class CtsmImpl : public torch::nn::Module {
   torch::nn::ModuleList layers_;
   std::vector<CtsmLayer> layer_ptrs_;
   torch::nn::LayerNorm ln_out_{nullptr};
-  torch::nn::Linear head1_{nullptr}, head2_{nullptr}, bilinear_{nullptr};
+  torch::nn::Linear head1_{nullptr}, head2_{nullptr}, bilinear_{nullptr}, taste_proj_{nullptr};
 };
 TORCH_MODULE(Ctsm);
 

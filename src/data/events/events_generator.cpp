@@ -42,7 +42,7 @@ double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 std::string EventGeneratorOptions::fingerprint() const {
   std::ostringstream os;
   os.precision(17);
-  os << "v1 seed=" << seed << " clients=" << num_clients << " items=" << num_items << " shards=" << num_shards
+  os << "v2 seed=" << seed << " clients=" << num_clients << " items=" << num_items << " shards=" << num_shards
      << " dim=" << latent_dim << " styles=" << num_styles << " spread=" << style_spread << " days=" << days << " per_ship=" << items_per_shipment
      << " gap=" << mean_gap_days << " halflife=" << drift_halflife_days << " affinity=" << affinity
      << " recency=" << recency << " noise=" << noise << " base=" << base_logit << " stylist=" << stylist_noise
@@ -129,10 +129,17 @@ ClientHistory EventGenerator::client(uint64_t client_id) const {
     }
     prev = t;
     const double step = 10.0 + rng.exponential(std::max(opt_.mean_gap_days - 10.0, 0.1));
-    // Taste drift over `step` days: OU with stationary variance equal to the initial one.
+    // Taste drift over `step` days: OU that reverts to the client's style (center x
+    // centroid) with stationary spread `spread`, so the stationary distribution is the
+    // initial one and the style stays learnable. (v1 reverted to 0 with unit variance:
+    // within a half-life every client drifted to a random, style-free taste that ~60
+    // noisy outcomes cannot pin down; the oracle knew it exactly.)
     const double rho = std::pow(0.5, step / opt_.drift_halflife_days);
-    const double s = std::sqrt(1 - rho * rho);
-    for (int k = 0; k < d; ++k) u[k] = rho * u[k] + s * rng.normal();
+    const double s = spread * std::sqrt(1 - rho * rho);
+    for (int k = 0; k < d; ++k) {
+      const double mean = center * centroids_[style * d + k];
+      u[k] = mean + rho * (u[k] - mean) + s * rng.normal();
+    }
     t += step;
   }
   // Feedback arrives days after its shipment and may pass the next one: keep time order.

@@ -23,6 +23,7 @@ CtsmImpl::CtsmImpl(CtsmOptions o) : o_(o) {
   head1_ = register_module("head1", torch::nn::Linear(D, D));
   head2_ = register_module("head2", torch::nn::Linear(D, 1));
   bilinear_ = register_module("bilinear", torch::nn::Linear(torch::nn::LinearOptions(D, D).bias(false)));
+  taste_proj_ = register_module("taste_proj", torch::nn::Linear(torch::nn::LinearOptions(D, D).bias(false)));
 }
 
 torch::Tensor CtsmImpl::forward(const CtsmBatch& b) {
@@ -35,7 +36,10 @@ torch::Tensor CtsmImpl::forward(const CtsmBatch& b) {
   // it, taste could only emerge through attention weights, which learns far slower.
   auto item_e = item_emb_(b.item);
   auto sign = (b.type == 1).to(torch::kFloat32) - (b.type == 2).to(torch::kFloat32);
-  auto outcome = type_emb_(b.type) + feedback_emb_(b.feedback) + sign.unsqueeze(-1) * item_e;
+  // The signed term goes through its own map: h already holds item_e, and with a bare
+  // sign * item_e a return cancelled it (h + outcome had no item left), so returns, half
+  // the evidence about taste, carried no identity at all.
+  auto outcome = type_emb_(b.type) + feedback_emb_(b.feedback) + sign.unsqueeze(-1) * taste_proj_(item_e);
   auto h = item_e + kind_emb_(kind) + time_proj_(b.time_feat);
   // allowed[b,j,i]: key i is context and strictly earlier than query j.
   auto tq = b.time_s.unsqueeze(2), tk = b.time_s.unsqueeze(1);

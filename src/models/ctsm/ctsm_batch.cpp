@@ -29,15 +29,18 @@ bool is_item(const data::Event& e) { return e.type == EventType::Keep || e.type 
 CtsmExample make_train_example(const data::ClientHistory& c, int64_t cutoff_s, int max_len) {
   CtsmExample ex;
   ex.client_id = c.client_id;
-  // Gap features use the full history (strictly earlier events), then keep the last max_len.
-  int64_t last_time = -1, prev_distinct = -1;
+  // Gap features use the full history, then keep the last max_len. The gap is measured
+  // to the previous *shipment* (item events at an earlier time): that is the generator's
+  // recency driver. Measuring it to any earlier event made a rating that arrived 2-5 days
+  // after the previous shipment look like a shipment, scrambling the recency signal.
+  int64_t last_ship = -1, prev_ship = -1;
   for (const data::Event& e : c.events) {
     if (e.time_s >= cutoff_s) break;
-    if (e.time_s != last_time) {
-      prev_distinct = last_time;
-      last_time = e.time_s;
+    if (is_item(e) && e.time_s != last_ship) {
+      prev_ship = last_ship;
+      last_ship = e.time_s;
     }
-    ex.positions.push_back(position_of(e, prev_distinct, true, is_item(e)));
+    ex.positions.push_back(position_of(e, is_item(e) ? prev_ship : last_ship, true, is_item(e)));
   }
   if (int(ex.positions.size()) > max_len) ex.positions.erase(ex.positions.begin(), ex.positions.end() - max_len);
   return ex;
@@ -47,14 +50,19 @@ CtsmExample make_eval_example(const data::ClientHistory& c, int64_t cutoff_s, in
                               int max_candidates) {
   CtsmExample ex = make_train_example(c, cutoff_s, std::max(max_len - max_candidates, 1));
   for (auto& p : ex.positions) p.is_target = false;  // history only: its outcomes are known
-  int64_t last_key = -1;
-  for (const data::Event& e : c.events)
-    if (e.time_s < cutoff_s) last_key = e.time_s;
+  // Candidates' gap: to the previous shipment, which may itself be a candidate (when a
+  // shipment goes out is known without its outcome), as in training.
+  int64_t last_ship = -1, prev_ship = -1;
   int n = 0;
   for (const data::Event& e : c.events) {
-    if (e.time_s < cutoff_s || !is_item(e)) continue;
+    if (!is_item(e)) continue;
+    if (e.time_s != last_ship) {
+      prev_ship = last_ship;
+      last_ship = e.time_s;
+    }
+    if (e.time_s < cutoff_s) continue;
     if (e.time_s >= horizon_end_s || n == max_candidates) break;
-    CtsmPosition p = position_of(e, last_key, false, true);
+    CtsmPosition p = position_of(e, prev_ship, false, true);
     p.type = uint8_t(e.type);  // kept only for the label; collate hides non-key types
     ex.positions.push_back(p);
     ++n;
