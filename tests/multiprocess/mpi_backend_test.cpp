@@ -199,7 +199,6 @@ static void test_two_groups(Backend& a, Backend& b2) {
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "all";
   auto env = env_from_ompi();
-  int rc = 0;
   std::thread comm([&] {
     try {
       if (mode == "badenv") {
