@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <cstdlib>
 #include <thread>
 
@@ -48,6 +50,24 @@ std::string hostname() {
 bool is_port_in_use(const std::string& msg) {
   return msg.find("in use") != std::string::npos || msg.find("EADDRINUSE") != std::string::npos ||
          msg.find("failed to listen") != std::string::npos;
+}
+
+StorePtr connect_store(const LaunchEnv& e, Millis timeout);
+
+// Groups of one job share rank 0's store (it can be hosted only once per port): a later
+// init() reuses the store of an earlier group that is still alive, under a new key prefix.
+StorePtr shared_store(const LaunchEnv& e, Millis timeout) {
+  static std::mutex mu;
+  static std::map<std::string, c10::weak_intrusive_ptr<c10d::Store>> live;
+  const std::string key = e.master_addr + ":" + std::to_string(e.master_port) + "/" +
+                          std::to_string(e.rank) + "/" + std::to_string(e.world_size);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = live.find(key);
+  if (it != live.end())
+    if (StorePtr alive = it->second.lock()) return alive;
+  StorePtr store = connect_store(e, timeout);
+  live.insert_or_assign(key, c10::weak_intrusive_ptr<c10d::Store>(store));
+  return store;
 }
 
 StorePtr connect_store(const LaunchEnv& e, Millis timeout) {
@@ -162,7 +182,7 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   // Groups made in the same order on every rank get the same key namespace.
   static std::atomic<int> generation{0};
   const std::string prefix = "lockstep/" + std::to_string(generation++) + "/";
-  StorePtr store = connect_store(e, pgo.timeout);
+  StorePtr store = shared_store(e, pgo.timeout);
   const auto hosts = join(store, prefix, e, pgo.timeout);
   std::unique_ptr<Backend> b;
   if (backend == "shm") {

@@ -122,6 +122,18 @@ int main(int argc, char** argv) {
                                     at::kInt, at::kLong, at::kByte};
     for (int64_t n : {0L, 1L, 1000L, 1L << 20})
       for (auto t : types) run_case(*pg, t, n);
+    // A second group beside the first (same launch environment, same store): ops on
+    // both interleave without crosstalk.
+    auto pg2 = lockstep::init();
+    auto a = f_times(pg->rank() + 1, 4096, 0, at::kFloat);
+    auto b = f_times(2 * (pg->rank() + 1), 4096, 0, at::kFloat);
+    auto wa = pg->allreduce(a);
+    auto wb = pg2->allreduce(b);
+    wb->wait();
+    wa->wait();
+    const double tri = pg->size() * (pg->size() + 1) / 2.0;
+    expect("two groups: first", a, f_times(tri, 4096, 0, at::kFloat));
+    expect("two groups: second", b, f_times(2 * tri, 4096, 0, at::kFloat));
     std::printf("rank %d/%d [%s]: %d passed, %d failed\n", pg->rank(), pg->size(),
                 pg->backend_name().c_str(), g_passed, g_failed);
     if (pg->rank() == 0) std::printf("%d passed, %d failed\n", g_passed, g_failed);
