@@ -15,10 +15,9 @@ deps:
 deps-bench:
 	@bash scripts/install-deps.sh --bench
 
-$(BUILD)/CMakeCache.txt:
+# Always (re)configure: cheap when nothing changed, and a failed first configure is retried.
+configure: deps
 	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
-
-configure: deps $(BUILD)/CMakeCache.txt
 
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)

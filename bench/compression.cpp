@@ -11,12 +11,10 @@
 
 #include <lockstep/compress/compressed_allreduce.h>
 #include <lockstep/lockstep.h>
-#ifdef LOCKSTEP_HAVE_DDP
 #include <lockstep/compress/ddp_hook.h>
 #include <lockstep/ddp/ddp.h>
 #include <lockstep/models/mlp.h>
 #include <torch/torch.h>
-#endif
 
 #include <ATen/ATen.h>
 
@@ -127,7 +125,6 @@ int run_worker(const Args& a) {
     auto runs = time_runs([&] { plan.run(*g, t, true); }, sync, 1, 3, 5, 1.0);
     result(me, "allreduce_q" + std::to_string(bits), median(runs));
   }
-#ifdef LOCKSTEP_HAVE_DDP
   // DDP step of the 21M-parameter MLP, batch 64 per rank, SGD; plain vs the 4-bit hook.
   for (int hook = 0; hook < 2; ++hook) {
     torch::manual_seed(0);
@@ -150,7 +147,6 @@ int run_worker(const Args& a) {
     auto runs = time_runs(step, sync, 2, a.steps, a.steps, 0.0);
     result(me, hook ? "ddp_step_q4" : "ddp_step_fp32", median(runs));
   }
-#endif
   g->barrier()->wait();
   return 0;
 }

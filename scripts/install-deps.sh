@@ -17,10 +17,11 @@ pkgs=(
   dataset-fashion-mnist # real data for the demo and the accuracy tests
   iproute2              # ip netns / tc for the thin-link benchmarks
   procps bc             # ps, bc: used by the fault tests
+  python3               # tests/train/read_tfevents.py: an independent TensorBoard reader
   gnuplot-nox           # lockstep-train draws the loss-curve PNG with it
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  pkgs+=(python3-torch gnuplot-nox)   # gnuplot: scripts/compression_accuracy.sh plots
+  pkgs+=(python3-torch)   # the peer of lockstep-bench ddp: PyTorch's own DDP
 fi
 
 missing=()
@@ -40,9 +41,9 @@ if [[ $(id -u) -ne 0 ]]; then
     echo "install-deps: need root (or sudo) to install: ${missing[*]}" >&2; exit 1
   fi
 fi
-export DEBIAN_FRONTEND=noninteractive
+apt=($sudo env DEBIAN_FRONTEND=noninteractive apt-get)
 # A fresh machine has no package lists; refresh them once (and again if install fails on stale lists).
-if ! $sudo apt-get install -y --no-install-recommends "${missing[@]}"; then
-  $sudo apt-get update
-  $sudo apt-get install -y --no-install-recommends "${missing[@]}"
+if ! "${apt[@]}" install -y --no-install-recommends "${missing[@]}"; then
+  "${apt[@]}" update
+  "${apt[@]}" install -y --no-install-recommends "${missing[@]}"
 fi

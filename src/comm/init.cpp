@@ -23,21 +23,35 @@ const char* env(const char* name) {
   return (v && *v) ? v : nullptr;
 }
 
+constexpr double kMaxTimeoutS = 30 * 24 * 3600;  // 30 days: far beyond any op, no overflow
+
 Millis default_timeout(const InitOptions& o) {
   if (o.timeout) return *o.timeout;
   if (const char* s = env("LOCKSTEP_TIMEOUT_S")) {
     char* end = nullptr;
     double v = std::strtod(s, &end);
-    if (end == s || *end != '\0' || !(v > 0))
-      throw ConfigError(detail::concat("LOCKSTEP_TIMEOUT_S='", s, "' is not a positive number of seconds"));
+    if (end == s || *end != '\0' || !(v >= 0.001 && v <= kMaxTimeoutS))
+      throw ConfigError(detail::concat("LOCKSTEP_TIMEOUT_S='", s, "' is not a number of seconds "
+                                       "between 0.001 and ", kMaxTimeoutS));
     return Millis(static_cast<int64_t>(v * 1000));
   }
   return ProcessGroupOptions{}.timeout;
 }
 
+void check_timeout(Millis t) {
+  if (t.count() < 1 || t.count() > kMaxTimeoutS * 1000)
+    throw ConfigError(detail::concat("InitOptions::timeout of ", t.count(),
+                                     " ms is outside 1 ms .. ", kMaxTimeoutS, " s"));
+}
+
 bool check_collectives(const InitOptions& o) {
   if (o.check_collectives) return *o.check_collectives;
-  if (const char* s = env("LOCKSTEP_CHECK_COLLECTIVES")) return std::string(s) != "0";
+  if (const char* s = env("LOCKSTEP_CHECK_COLLECTIVES")) {
+    const std::string v = s;
+    if (v != "0" && v != "1")
+      throw ConfigError("LOCKSTEP_CHECK_COLLECTIVES='" + v + "' must be 0 or 1");
+    return v == "1";
+  }
   return true;
 }
 
@@ -175,6 +189,7 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   const std::string backend = resolve_backend(options.backend, e);
   ProcessGroupOptions pgo;
   pgo.timeout = default_timeout(options);
+  check_timeout(pgo.timeout);
   pgo.check_collectives = check_collectives(options);
 
   if (backend == "mpi") return std::make_shared<ProcessGroup>(make_mpi_backend(e, pgo.timeout), pgo);

@@ -13,10 +13,15 @@ ProcessGroup::ProcessGroup(std::unique_ptr<Backend> backend, ProcessGroupOptions
       options_(options),
       rank_(backend_->rank()),
       size_(backend_->size()) {
+  link_->group = this;
   thread_ = std::thread([this] { comm_loop(); });
 }
 
 ProcessGroup::~ProcessGroup() {
+  {
+    std::lock_guard<std::mutex> l(link_->mu);
+    link_->group = nullptr;
+  }
   std::unique_lock<std::mutex> lock(mu_);
   stopping_ = true;
   cv_.notify_all();
@@ -52,10 +57,18 @@ CommContext ProcessGroup::context_for(const OpDesc& d) const {
 
 WorkPtr ProcessGroup::enqueue(OpDesc desc, Millis timeout,
                               std::function<void(const OpContext&)> run) {
+  if (std::this_thread::get_id() == thread_.get_id())
+    throw InvalidArgument(detail::concat(
+        op_kind_name(desc.kind), ": issued from the group's own comm thread (inside a "
+        "composite body?); waiting on it there would deadlock: call the Backend directly"));
   std::unique_lock<std::mutex> lock(mu_);
   const bool collective = desc.kind != OpKind::Send && desc.kind != OpKind::Recv;
   if (collective) desc.seq = next_seq_++;
-  auto work = std::make_shared<Work>(desc, timeout, context_for(desc));
+  auto work = std::make_shared<Work>(desc, timeout, context_for(desc),
+                                     [link = link_](std::exception_ptr err) {
+                                       std::lock_guard<std::mutex> l(link->mu);
+                                       if (link->group) link->group->abort(err);
+                                     });
   if (broken_) {
     work->finish(broken_);
     return work;
@@ -93,38 +106,71 @@ void ProcessGroup::comm_loop() {
 }
 
 void ProcessGroup::run_task(Task& task) {
+  // The comm thread never records autograd history (e.g. avg's div_ on a tensor that
+  // requires grad, or a composite body's arithmetic).
+  at::NoGradGuard no_grad;
   OpContext ctx{task.desc, Clock::now(), {}, task.timeout};
   ctx.deadline = ctx.start + task.timeout;
   task.work->mark_started();
+  std::exception_ptr err;
   try {
     const bool collective = task.desc.kind != OpKind::Send && task.desc.kind != OpKind::Recv;
+    // Composites are checked here even on shm: their fingerprint is ours to compare.
     if (collective && options_.check_collectives && size_ > 1 &&
-        !backend_->checks_descriptors()) {
+        (!backend_->checks_descriptors() || task.desc.kind == OpKind::Composite)) {
       check_descriptor(ctx);
     }
     task.run(ctx);
     task.work->finish();
+    return;
   } catch (const CommError&) {
-    std::lock_guard<std::mutex> lock(mu_);
-    broken_ = std::current_exception();
-    task.work->finish(broken_);
+    err = std::current_exception();
   } catch (const std::exception& e) {
-    // Anything else a transport throws (c10d, MPI wrappers) gets this rank's context.
-    CommContext c = context_for(task.desc);
-    c.elapsed_s = std::chrono::duration<double>(Clock::now() - ctx.start).count();
-    c.timeout_s = std::chrono::duration<double>(task.timeout).count();
-    auto err = std::make_exception_ptr(CommError(CommError::Kind::Failed, c, e.what()));
-    std::lock_guard<std::mutex> lock(mu_);
-    broken_ = err;
-    task.work->finish(err);
+    // Anything else a transport or a composite body throws gets this rank's context.
+    err = std::make_exception_ptr(CommError(CommError::Kind::Failed, elapsed_context(task, ctx), e.what()));
+  } catch (...) {
+    err = std::make_exception_ptr(CommError(CommError::Kind::Failed, elapsed_context(task, ctx),
+                                            "unknown exception"));
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_locked(err);
+  }
+  task.work->finish(err);
+}
+
+CommContext ProcessGroup::elapsed_context(const Task& task, const OpContext& ctx) const {
+  CommContext c = context_for(task.desc);
+  c.elapsed_s = std::chrono::duration<double>(Clock::now() - ctx.start).count();
+  c.timeout_s = std::chrono::duration<double>(task.timeout).count();
+  return c;
+}
+
+// The first failure breaks the group; the backend is aborted so that peers blocked in
+// this collective learn of it (shm publishes it in the segment) instead of timing out.
+void ProcessGroup::fail_locked(std::exception_ptr err) {
+  if (broken_) return;
+  broken_ = std::move(err);
+  backend_->abort();
+}
+
+void ProcessGroup::abort(std::exception_ptr why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fail_locked(why ? why
+                  : std::make_exception_ptr(CommError(CommError::Kind::Aborted,
+                                                      context_for(OpDesc{}), "aborted by the program")));
+}
+
+bool ProcessGroup::broken() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return broken_ != nullptr;
 }
 
 // One small allgather of every rank's descriptor, so that ranks that disagree on
 // the collective fail with a clear message instead of exchanging garbage.
 void ProcessGroup::check_descriptor(const OpContext& ctx) {
   const OpDesc& d = ctx.desc;
-  constexpr int kFields = 6;
+  constexpr int kFields = 7;
   auto mine = at::empty({kFields}, at::kLong);
   auto* m = mine.data_ptr<int64_t>();
   m[0] = static_cast<int64_t>(d.kind);
@@ -133,6 +179,7 @@ void ProcessGroup::check_descriptor(const OpContext& ctx) {
   m[3] = static_cast<int64_t>(d.dtype);
   m[4] = static_cast<int64_t>(d.op);
   m[5] = d.root;
+  m[6] = d.fingerprint;
   auto all = at::empty({kFields * size_}, at::kLong);
   OpContext check = ctx;
   check.desc.kind = OpKind::Allgather;
@@ -159,6 +206,7 @@ void ProcessGroup::check_descriptor(const OpContext& ctx) {
     theirs.dtype = static_cast<at::ScalarType>(o[3]);
     theirs.op = static_cast<ReduceOp>(o[4]);
     theirs.root = static_cast<int>(o[5]);
+    theirs.fingerprint = o[6];
     CommContext c = context_for(d);
     c.peer = r;
     throw CommError(CommError::Kind::Mismatch, c,
@@ -250,8 +298,9 @@ WorkPtr ProcessGroup::barrier(const BarrierOptions& o) {
 
 WorkPtr ProcessGroup::run_composite(int64_t numel, at::ScalarType dtype,
                                     std::function<void(Backend&, const OpContext&)> body,
-                                    Millis timeout) {
+                                    Millis timeout, int64_t fingerprint) {
   OpDesc d{OpKind::Composite, 0, numel, dtype, ReduceOp::Sum, -1, 0};
+  d.fingerprint = fingerprint;
   return enqueue(d, resolve(timeout), [this, body = std::move(body)](const OpContext& ctx) {
     body(*backend_, ctx);
   });

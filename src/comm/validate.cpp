@@ -60,6 +60,9 @@ std::string describe_mismatch(int rank, const OpDesc& mine, int other, const OpD
   os << op_kind_name(mine.kind) << " #" << mine.seq << ": " << one(rank, mine) << ", "
      << one(other, theirs);
   if (theirs.seq != mine.seq) os << " as its #" << theirs.seq;
+  if (theirs.fingerprint != mine.fingerprint)
+    os << "; the ranks use different options for it (fingerprint " << mine.fingerprint << " vs "
+       << theirs.fingerprint << ", e.g. different LOCKSTEP_COMPRESSION_* settings)";
   return os.str();
 }
 

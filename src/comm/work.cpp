@@ -8,8 +8,9 @@ namespace {
 constexpr Millis kReportGrace{2000};
 }  // namespace
 
-Work::Work(OpDesc desc, Millis timeout, CommContext base)
-    : desc_(desc), timeout_(timeout), base_(std::move(base)) {}
+Work::Work(OpDesc desc, Millis timeout, CommContext base,
+           std::function<void(std::exception_ptr)> on_timeout)
+    : desc_(desc), timeout_(timeout), base_(std::move(base)), on_timeout_(std::move(on_timeout)) {}
 
 bool Work::is_completed() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -53,9 +54,13 @@ void Work::wait() {
     CommContext ctx = base_;
     ctx.elapsed_s = std::chrono::duration<double>(Clock::now() - start_time_).count();
     ctx.timeout_s = std::chrono::duration<double>(timeout_).count();
-    throw CommError(CommError::Kind::Timeout, ctx,
-                    "the operation did not complete; a peer may be stuck or dead "
-                    "(raise the timeout with LOCKSTEP_TIMEOUT_S if it is just slow)");
+    auto err = std::make_exception_ptr(CommError(
+        CommError::Kind::Timeout, ctx,
+        "the operation did not complete; a peer may be stuck or dead "
+        "(raise the timeout with LOCKSTEP_TIMEOUT_S if it is just slow)"));
+    lock.unlock();
+    if (on_timeout_) on_timeout_(err);
+    std::rethrow_exception(err);
   }
   if (error_) std::rethrow_exception(error_);
 }

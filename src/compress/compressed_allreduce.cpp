@@ -181,10 +181,35 @@ comm::WorkPtr CompressedAllreduce::run_async(comm::ProcessGroup& group, at::Tens
   // order on every rank whatever else callers issue meanwhile. `flat` (shared storage)
   // and `this` must stay alive and untouched until the work completed.
   inflight_ = group.run_composite(
-      numel_, dt, [this, flat, average, step](comm::Backend& be, const comm::OpContext& ctx) mutable {
+      numel_, dt,
+      [this, flat, average, step](comm::Backend& be, const comm::OpContext& ctx) mutable {
         exchange(be, ctx, flat, average, step);
-      });
+      },
+      comm::Millis(0), fingerprint());
   return inflight_;
+}
+
+// A digest of everything that shapes the messages (options and the plan's sizes): ranks
+// with different compression settings fail with a Mismatch naming it, not garbled steps.
+int64_t CompressedAllreduce::fingerprint() const {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  mix(uint64_t(opts_.bits));
+  mix(uint64_t(opts_.bucket_size));
+  mix(opts_.stochastic);
+  mix(opts_.error_feedback);
+  mix(uint64_t(plain_elems_));
+  mix(uint64_t(slot_bytes_));
+  mix(chunks_.size());
+  for (int64_t b : part_bytes_) mix(uint64_t(b));
+  return int64_t(h >> 11);  // 53 bits: prints exactly, survives any int64 transport
+}
+
+CompressedAllreduce::~CompressedAllreduce() {
+  // The comm thread may still run this plan's exchange (e.g. after a caller's wait() gave
+  // up and broke the group, which makes the backend give up promptly): let it finish.
+  while (inflight_ && !inflight_->is_completed())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 AllreduceStats CompressedAllreduce::finish() {

@@ -1,5 +1,4 @@
 // The QSGD DDP communication hook (see ddp_hook.h).
-#ifdef LOCKSTEP_HAVE_DDP
 #include <lockstep/compress/ddp_hook.h>
 
 #include <map>
@@ -67,4 +66,3 @@ ddp::CommHook qsgd(QsgdOptions options) {
 }
 
 }  // namespace lockstep::compress
-#endif  // LOCKSTEP_HAVE_DDP

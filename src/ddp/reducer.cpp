@@ -11,6 +11,12 @@
 #include <sstream>
 
 namespace lockstep::ddp {
+namespace {
+comm::ProcessGroup& checked(const std::shared_ptr<comm::ProcessGroup>& g) {
+  if (!g) throw InvalidArgument("DDP needs a process group (lockstep::init()), got null");
+  return *g;
+}
+}  // namespace
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -38,11 +44,10 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
       names_(std::move(names)),
       group_(std::move(group)),
       options_(options),
-      world_size_(group_->size()),
-      scale_(1.0 / group_->size()),
+      world_size_(checked(group_).size()),
+      scale_(1.0 / world_size_),
       scale_t_(at::scalar_tensor(scale_, at::kDouble)),
       hook_(hooks::allreduce_hook()) {
-  LOCKSTEP_CHECK(group_ != nullptr, "DDP needs a process group");
   LOCKSTEP_CHECK_EQ(params_.size(), names_.size());
   LOCKSTEP_CHECK(options_.bucket_cap_bytes > 0 && options_.first_bucket_bytes > 0,
                  "bucket sizes must be positive");
@@ -130,8 +135,16 @@ void Reducer::build_buckets(const std::vector<int64_t>& order) {
 
 void Reducer::prepare_for_forward() {
   std::unique_lock<std::mutex> lk(mu_);
-  // A backward that threw inside autograd never ran its callback.
-  if (step_active_) abandon_step_locked();
+  // A backward that threw inside autograd never ran its callback. If it did not launch
+  // every bucket, this rank's collectives are now out of step with its peers': break
+  // the group so nobody sums gradients of different steps (the job must restart).
+  if (step_active_) {
+    if (world_size_ > 1 && next_launch_ < (int64_t)buckets_.size())
+      group_->abort(std::make_exception_ptr(Error(detail::concat(
+          "DDP (rank ", group_->rank(), "): a backward pass failed after ", next_launch_, " of ",
+          buckets_.size(), " gradient buckets were reduced; the group cannot continue in step"))));
+    abandon_step_locked();
+  }
   if (rebuild_pending_) {
     rebuild_pending_ = false;
     rebuilt_ = true;
@@ -181,6 +194,10 @@ void Reducer::copy_grad_to_bucket_locked(int64_t i) {
     view.zero_();  // unused here: contributes zero (write-back decides on undefined)
     return;
   }
+  if (grad.is_sparse())
+    throw InvalidArgument(detail::concat("DDP: parameter '", names_[i], "' has a sparse gradient "
+                                         "(e.g. Embedding with sparse=true); DDP reduces dense "
+                                         "gradients only: turn the module's sparse option off"));
   if (grad.data_ptr() == view.data_ptr()) {
     // gradient_as_bucket_view and autograd accumulated in place into the view.
     if (world_size_ > 1) view.mul_(scale_t_);
@@ -245,8 +262,13 @@ void Reducer::finalize() {
     }
     if (used_work) used_work->wait();
     const double exposed = seconds_since(wait_start);
-    if (!missing.empty() && !options_.find_unused_parameters)
-      throw InvalidArgument(missing_message(missing));
+    if (!missing.empty() && !options_.find_unused_parameters) {
+      // The peers may have had every gradient and stepped: break the group so that no
+      // replica drifts on silently (they raise at their next collective).
+      auto err = std::make_exception_ptr(InvalidArgument(missing_message(missing)));
+      if (world_size_ > 1) group_->abort(err);
+      std::rethrow_exception(err);
+    }
     write_back_locked(used_map_);
     stats_.step += 1;
     stats_.backward_s = backward_s;

@@ -3,9 +3,7 @@
 // Run under lockstep-run (any backend, 1..4 ranks); exits non-zero on any failure.
 #include <lockstep/compress/compressed_allreduce.h>
 #include <lockstep/lockstep.h>
-#ifdef LOCKSTEP_HAVE_DDP
 #include <lockstep/compress/ddp_hook.h>
-#endif
 
 #include <ATen/ATen.h>
 
@@ -194,7 +192,6 @@ void check_async_overlap(lockstep::ProcessGroup& g) {
          extra[0].item<float>());
 }
 
-#ifdef LOCKSTEP_HAVE_DDP
 // The DDP hook (composite op, async) and the direct path give identical bits, step after
 // step (same seed, same step counter); NaN through the hook is raised by its finish step
 // on every rank and leaves the group usable.
@@ -248,7 +245,6 @@ void check_hook_matches_direct(lockstep::ProcessGroup& g) {
   g.barrier()->wait();  // the group survived the NaN report
   if (me == 0) std::printf("DDP hook (async composite) == direct path, bit for bit; NaN reported\n");
 }
-#endif
 
 }  // namespace
 
@@ -263,9 +259,7 @@ int main() {
     check_case(*g, 4099, 8, at::kHalf, false);
     check_mixed_layers_and_nan(*g);
     check_async_overlap(*g);
-#ifdef LOCKSTEP_HAVE_DDP
     check_hook_matches_direct(*g);
-#endif
     g->barrier()->wait();
     if (g->rank() == 0)
       std::printf("compress_check %s: P=%d backend=%s, %d failures\n", failures ? "FAILED" : "passed",

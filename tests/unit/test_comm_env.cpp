@@ -113,4 +113,24 @@ TEST_F(EnvTest, AutoBackendChoice) {
   unsetenv("LOCKSTEP_BACKEND");
 }
 
+TEST_F(EnvTest, InitRejectsBadSettingsByName) {
+  setenv("LOCKSTEP_CHECK_COLLECTIVES", "yes", 1);
+  try {
+    lockstep::init();
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("LOCKSTEP_CHECK_COLLECTIVES"), std::string::npos);
+  }
+  unsetenv("LOCKSTEP_CHECK_COLLECTIVES");
+  for (const char* bad : {"0.0001", "-3", "abc", "1e12"}) {
+    setenv("LOCKSTEP_TIMEOUT_S", bad, 1);
+    EXPECT_THROW(lockstep::init(), ConfigError) << bad;
+  }
+  setenv("LOCKSTEP_TIMEOUT_S", "2.5", 1);
+  auto pg = lockstep::init();
+  EXPECT_EQ(pg->options().timeout.count(), 2500);
+  EXPECT_EQ(pg->size(), 1);
+  unsetenv("LOCKSTEP_TIMEOUT_S");
+}
+
 }  // namespace

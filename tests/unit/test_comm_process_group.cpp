@@ -133,6 +133,49 @@ TEST(ProcessGroup, WaitIsBoundedByTheTimeout) {
   }
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_LT(s, 10.0);
+  // The timeout broke the group: the next op fails at once with the cause.
+  EXPECT_TRUE(pg.broken());
+  auto y = at::ones({8});
+  try {
+    pg.allreduce(y)->wait();
+    FAIL() << "expected the broken group to refuse";
+  } catch (const CommError& e) {
+    EXPECT_EQ(e.kind(), CommError::Kind::Timeout) << e.what();
+  }
+}
+
+TEST(ProcessGroup, AvgOnATensorThatRequiresGrad) {
+  ProcessGroup pg(std::make_unique<MirrorBackend>(4));
+  auto w = at::full({6}, 2.0).set_requires_grad(true);
+  pg.allreduce(w, {ReduceOp::Avg})->wait();  // the comm thread records no autograd history
+  EXPECT_TRUE(at::allclose(w.detach(), at::full({6}, 2.0)));
+}
+
+TEST(ProcessGroup, IssuingFromACompositeBodyIsAnErrorNotADeadlock) {
+  ProcessGroup pg(std::make_unique<MirrorBackend>(2));
+  auto x = at::ones({4});
+  auto w = pg.run_composite(4, at::kFloat, [&](Backend&, const OpContext&) { pg.allreduce(x); });
+  try {
+    w->wait();
+    FAIL() << "expected an error";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("comm thread"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ProcessGroup, AbortBreaksTheGroupWithTheCause) {
+  auto owned = std::make_unique<MirrorBackend>(2);
+  auto* b = owned.get();
+  ProcessGroup pg(std::move(owned));
+  pg.abort(std::make_exception_ptr(Error("backward failed half-way")));
+  EXPECT_TRUE(b->aborted);
+  auto x = at::ones({4});
+  try {
+    pg.allreduce(x)->wait();
+    FAIL() << "expected the cause";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("half-way"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ProcessGroup, DescriptorCheckNamesTheDifferingRank) {

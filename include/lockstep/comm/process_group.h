@@ -19,7 +19,9 @@
 #include <lockstep/comm/types.h>
 #include <lockstep/comm/work.h>
 
+#include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -70,9 +72,18 @@ class ProcessGroup {
   // the same order on every rank however callers' threads interleave. Each step calls
   // the backend directly with step_context(ctx, ...). Every rank must pass the same
   // numel and dtype.
+  // `fingerprint` summarizes the body's parameters (e.g. compression options): ranks that
+  // pass different fingerprints get CommError(Mismatch) instead of mismatched steps.
   WorkPtr run_composite(int64_t numel, at::ScalarType dtype,
                         std::function<void(Backend&, const OpContext&)> body,
-                        Millis timeout = Millis(0));
+                        Millis timeout = Millis(0), int64_t fingerprint = 0);
+
+  // Breaks the group on purpose: queued and later ops fail with `why`, and the backend
+  // is told to wake anything blocked (shm also tells the peers, so they raise promptly
+  // instead of waiting out their timeout). For callers that leave the collective
+  // sequence out of step with the peers (e.g. a backward that failed half-way).
+  void abort(std::exception_ptr why);
+  bool broken() const;
 
   // The backend, for code that needs transport-specific calls. Not thread-safe.
   Backend& backend() { return *backend_; }
@@ -90,13 +101,16 @@ class ProcessGroup {
   void check_descriptor(const OpContext& ctx);
   Millis resolve(Millis t) const { return t.count() > 0 ? t : options_.timeout; }
   CommContext context_for(const OpDesc& d) const;
+  CommContext elapsed_context(const Task& task, const OpContext& ctx) const;
 
   std::unique_ptr<Backend> backend_;
   const ProcessGroupOptions options_;
   const int rank_;
   const int size_;
 
-  std::mutex mu_;
+  void fail_locked(std::exception_ptr err);
+
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
   bool stopping_ = false;
@@ -106,6 +120,12 @@ class ProcessGroup {
   uint64_t next_seq_ = 1;           // collectives
   std::exception_ptr broken_;       // first failure; later ops fail with it
   std::thread thread_;
+  // Lets Work handles break this group after a timeout, even if they outlive it.
+  struct Link {
+    std::mutex mu;
+    ProcessGroup* group = nullptr;
+  };
+  std::shared_ptr<Link> link_ = std::make_shared<Link>();
 };
 
 }  // namespace lockstep::comm

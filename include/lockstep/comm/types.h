@@ -60,6 +60,7 @@ struct OpDesc {
   ReduceOp op = ReduceOp::Sum;
   int root = -1;          // broadcast root; send/recv peer
   int tag = 0;            // send/recv
+  int64_t fingerprint = 0;  // composite: a digest of the body's parameters
 };
 
 // Timing of one op as the backend sees it: the backend must give up by `deadline`.

@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -13,12 +14,16 @@ namespace lockstep::comm {
 
 // Returned by every ProcessGroup operation. Thread-safe. The operation runs on the
 // group's communication thread; wait() blocks until it finished on this rank and
-// rethrows its failure as CommError. wait() never blocks forever: if the op has
-// been running longer than its timeout (plus a short grace for the backend to
-// report itself), wait() throws CommError(Timeout).
+// rethrows its failure as CommError. Once the op runs, wait() is bounded: past its
+// timeout (plus a short grace for the backend to report itself) wait() throws
+// CommError(Timeout) and breaks the group, so the ops queued behind it (each bounded
+// the same way) fail at once instead of waiting.
 class Work {
  public:
-  Work(OpDesc desc, Millis timeout, CommContext base);
+  // on_timeout: called (without locks held) when wait() gives up on the op, so the group
+  // can break itself: the op may still be running and must not be followed by others.
+  Work(OpDesc desc, Millis timeout, CommContext base,
+       std::function<void(std::exception_ptr)> on_timeout = {});
 
   bool is_completed() const;
   void wait();
@@ -35,6 +40,7 @@ class Work {
   const OpDesc desc_;
   const Millis timeout_;
   const CommContext base_;
+  const std::function<void(std::exception_ptr)> on_timeout_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool started_ = false;

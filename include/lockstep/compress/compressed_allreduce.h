@@ -1,7 +1,7 @@
 // lockstep/compress/compressed_allreduce.h: QSGD scatter-reduce-allgather on any backend.
 //
-// Algorithm (P ranks; built only on ProcessGroup::alltoall / allgather / allreduce, so it
-// runs on shm, gloo and mpi alike):
+// Algorithm (P ranks; one composite op whose steps are the Backend's alltoall / allgather /
+// allreduce, so it runs on shm, gloo and mpi alike):
 //   1. The compressed layers' buckets are split into P contiguous parts of about equal
 //      element count, on bucket boundaries; rank r owns part r.
 //   2. Each rank encodes every part it does not own (quantization #1) and an alltoall
@@ -74,6 +74,10 @@ class CompressedAllreduce {
   // read the environment; qsgd() and callers do that with apply_env()).
   CompressedAllreduce(QsgdOptions options, std::vector<LayerSpan> layers, int64_t numel,
                       int world_size);
+  // Waits for a call still running on the comm thread.
+  ~CompressedAllreduce();
+  CompressedAllreduce(const CompressedAllreduce&) = delete;
+  CompressedAllreduce& operator=(const CompressedAllreduce&) = delete;
 
   // flat: contiguous CPU float32/bfloat16/float16 tensor with numel() == numel. Blocking;
   // leaves the sum over ranks (the mean if `average`) in `flat`, identical on all ranks.
@@ -93,6 +97,8 @@ class CompressedAllreduce {
   int world_size() const { return world_; }
   const QsgdOptions& options() const { return opts_; }
   uint64_t steps() const { return step_; }
+  // Digest of the options and plan that shape the messages (compared across ranks).
+  int64_t fingerprint() const;
 
   // A contiguous piece of one compressed layer, starting on one of its bucket boundaries.
   struct Run {

@@ -1,6 +1,7 @@
 // lockstep/compress/ddp_hook.h: QSGD as a DDP communication hook.
 //
-//   ddp.register_comm_hook(lockstep::compress::qsgd({.bits = 4, .bucket_size = 128}));
+//   lockstep::compress::QsgdOptions o;   // 4 bits, buckets of 128 values by default
+//   ddp.register_comm_hook(lockstep::compress::qsgd(o));
 //
 // The hook reads each GradBucket's per-parameter names, offsets and numels (never call
 // order) to apply the per-layer policy and to keep buckets inside layers; it keeps one
@@ -8,11 +9,10 @@
 // when the bucket layout changes. LOCKSTEP_COMPRESSION_* variables override `options`
 // (policy.h) unless options.use_env is false; bits = 32 makes it a plain allreduce.
 //
-// The buffer arrives divided by the world size, so the hook sums. The compressed
-// allreduce needs the reduced sum between its two collectives, so the hook runs the
-// whole exchange on the calling (autograd) thread and returns completed work: issuing the
-// second collective later from another thread could interleave differently with the
-// other buckets' collectives on different ranks. A NaN/Inf gradient is raised as
+// The buffer arrives divided by the world size, so the hook sums. The whole exchange
+// (alltoall, owner sum, re-encode, allgather) is queued as ONE composite operation on the
+// group's comm thread (ProcessGroup::run_composite), so backward goes on while it runs
+// and its steps keep the same order on every rank. A NaN/Inf gradient is raised as
 // NonFiniteGradient (naming the layer) from the result's finish step, on every rank.
 #pragma once
 
