@@ -4,6 +4,8 @@ JOBS  ?= 2
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 CTEST_FLAGS ?=
 NPROC ?= 2
+# ccache keys on paths relative to the checkout, so a fresh clone elsewhere reuses the cache.
+export CCACHE_BASEDIR := $(CURDIR)
 
 .PHONY: all deps deps-bench configure build test demo demo-fashion-mnist bench clean
 
