@@ -256,7 +256,8 @@ TEST(ShmBackendFaults, MismatchRaisesOnAllRanks) {
         [&] { g.be->allreduce(t, ReduceOp::Sum, g.ctx(OpKind::Allreduce)); },
         CommError::Kind::Mismatch);
     const std::string msg = e.what();
-    CHILD_CHECK(msg.find("rank 0 has 1000 float32 elements, rank 1 has 999 float32 elements") !=
+    CHILD_CHECK(msg.find("rank 0 issued allreduce of 1000 float32 elements (sum), rank 1 issued "
+                         "allreduce of 999 float32 elements (sum)") !=
                     std::string::npos,
                 msg);
   }, "mismatch"));

@@ -1,6 +1,7 @@
 // The shm backend: rendezvous, descriptor checks, progress counters, barrier, abort.
 // The data-moving algorithms live one per file (allreduce_shm.cpp, ...).
 #include "comm/shm/shm_backend.h"
+#include "comm/validate.h"
 
 #include <lockstep/error.h>
 
@@ -58,28 +59,21 @@ WireDesc to_wire(const OpDesc& d) {
   return w;
 }
 
-std::string dtype_of(int32_t t) { return dtype_name(static_cast<at::ScalarType>(t)); }
+OpDesc from_wire(const WireDesc& w) {
+  OpDesc d;
+  d.kind = static_cast<OpKind>(w.kind);
+  d.dtype = static_cast<at::ScalarType>(w.dtype);
+  d.op = static_cast<ReduceOp>(w.op);
+  d.root = w.root;
+  d.tag = w.tag;
+  d.seq = w.seq;
+  d.numel = w.numel;
+  return d;
+}
 
-// "" when a and b agree; otherwise what differs, phrased for the error message.
-std::string describe_mismatch(const WireDesc& a, int ra, const WireDesc& b, int rb) {
-  const char* ka = op_kind_name(static_cast<OpKind>(a.kind));
-  if (a.kind != b.kind)
-    return detail::concat("collective #", a.seq, ": rank ", ra, " called ", ka, ", rank ", rb,
-                          " called ", op_kind_name(static_cast<OpKind>(b.kind)));
-  if (a.seq != b.seq)
-    return detail::concat(ka, ": rank ", ra, " is at #", a.seq, ", rank ", rb, " at #", b.seq);
-  if (a.numel != b.numel || a.dtype != b.dtype)
-    return detail::concat(ka, " #", a.seq, ": rank ", ra, " has ", a.numel, " ",
-                          dtype_of(a.dtype), " elements, rank ", rb, " has ", b.numel, " ",
-                          dtype_of(b.dtype), " elements");
-  if (a.op != b.op)
-    return detail::concat(ka, " #", a.seq, ": rank ", ra, " reduces with ",
-                          reduce_op_name(static_cast<ReduceOp>(a.op)), ", rank ", rb, " with ",
-                          reduce_op_name(static_cast<ReduceOp>(b.op)));
-  if (a.root != b.root)
-    return detail::concat(ka, " #", a.seq, ": rank ", ra, " uses root ", a.root, ", rank ", rb,
-                          " uses root ", b.root);
-  return "";
+bool same(const WireDesc& a, const WireDesc& b) {
+  return a.kind == b.kind && a.seq == b.seq && a.numel == b.numel && a.dtype == b.dtype &&
+         a.op == b.op && a.root == b.root;
 }
 
 }  // namespace
@@ -210,8 +204,12 @@ void ShmBackend::check_descriptors(Waiter& w, uint64_t slot) {
   // Every rank compares every rank against rank 0, so all reach the same verdict.
   const WireDesc& d0 = seg_.info(0).desc[slot];
   for (int r = 1; r < size_; ++r) {
-    const std::string diff = describe_mismatch(d0, 0, seg_.info(r).desc[slot], r);
-    if (!diff.empty()) w.fail(CommError::Kind::Mismatch, rank_ == r ? 0 : r, diff);
+    const WireDesc& dr = seg_.info(r).desc[slot];
+    if (!same(d0, dr))
+      w.fail(CommError::Kind::Mismatch, rank_ == r ? 0 : r,
+             describe_mismatch(0, from_wire(d0), r, from_wire(dr)) +
+                 " (every rank must issue the same collectives, in the same order, with the "
+                 "same sizes and dtypes)");
   }
 }
 
