@@ -40,20 +40,7 @@ ProcessGroup::~ProcessGroup() {
   thread_.join();
 }
 
-CommContext ProcessGroup::context_for(const OpDesc& d) const {
-  CommContext c;
-  c.rank = rank_;
-  c.world_size = size_;
-  c.backend = backend_->name();
-  c.op = op_kind_name(d.kind);
-  c.seq = d.seq;
-  if (d.kind != OpKind::Barrier) {
-    c.numel = d.numel;
-    c.dtype = dtype_name(d.dtype);
-  }
-  if (d.kind == OpKind::Send || d.kind == OpKind::Recv) c.peer = d.root;
-  return c;
-}
+CommContext ProcessGroup::context_for(const OpDesc& d) const { return op_context(*backend_, d); }
 
 WorkPtr ProcessGroup::enqueue(OpDesc desc, Millis timeout,
                               std::function<void(const OpContext&)> run) {
@@ -127,9 +114,9 @@ void ProcessGroup::run_task(Task& task) {
     err = std::current_exception();
   } catch (const std::exception& e) {
     // Anything else a transport or a composite body throws gets this rank's context.
-    err = std::make_exception_ptr(CommError(CommError::Kind::Failed, elapsed_context(task, ctx), e.what()));
+    err = std::make_exception_ptr(CommError(CommError::Kind::Failed, op_context(*backend_, ctx.desc, &ctx), e.what()));
   } catch (...) {
-    err = std::make_exception_ptr(CommError(CommError::Kind::Failed, elapsed_context(task, ctx),
+    err = std::make_exception_ptr(CommError(CommError::Kind::Failed, op_context(*backend_, ctx.desc, &ctx),
                                             "unknown exception"));
   }
   {
@@ -137,13 +124,6 @@ void ProcessGroup::run_task(Task& task) {
     fail_locked(err);
   }
   task.work->finish(err);
-}
-
-CommContext ProcessGroup::elapsed_context(const Task& task, const OpContext& ctx) const {
-  CommContext c = context_for(task.desc);
-  c.elapsed_s = std::chrono::duration<double>(Clock::now() - ctx.start).count();
-  c.timeout_s = std::chrono::duration<double>(task.timeout).count();
-  return c;
 }
 
 // The first failure breaks the group; the backend is aborted so that peers blocked in
@@ -189,10 +169,8 @@ void ProcessGroup::check_descriptor(const OpContext& ctx) {
     backend_->allgather(all, mine, check);
   } catch (const CommError& e) {
     // Report the collective the user issued, not our check's allgather.
-    CommContext c = context_for(d);
+    CommContext c = op_context(*backend_, d, &ctx);
     c.peer = e.context().peer;
-    c.elapsed_s = std::chrono::duration<double>(Clock::now() - ctx.start).count();
-    c.timeout_s = std::chrono::duration<double>(ctx.timeout).count();
     throw CommError(e.kind(), c, e.detail());
   }
   const auto* a = all.data_ptr<int64_t>();
@@ -209,10 +187,7 @@ void ProcessGroup::check_descriptor(const OpContext& ctx) {
     theirs.fingerprint = o[6];
     CommContext c = context_for(d);
     c.peer = r;
-    throw CommError(CommError::Kind::Mismatch, c,
-                    describe_mismatch(rank_, d, r, theirs) +
-                        " (every rank must issue the same collectives, in the same order, "
-                        "with the same sizes and dtypes)");
+    throw CommError(CommError::Kind::Mismatch, c, describe_mismatch(rank_, d, r, theirs));
   }
 }
 

@@ -63,6 +63,8 @@ std::string describe_mismatch(int rank, const OpDesc& mine, int other, const OpD
   if (theirs.fingerprint != mine.fingerprint)
     os << "; the ranks use different options for it (fingerprint " << mine.fingerprint << " vs "
        << theirs.fingerprint << ", e.g. different LOCKSTEP_COMPRESSION_* settings)";
+  os << " (every rank must issue the same collectives, in the same order, with the same sizes "
+        "and dtypes)";
   return os.str();
 }
 

@@ -192,7 +192,8 @@ TEST(ProcessGroup, DescriptorCheckNamesTheDifferingRank) {
   b.numel = 999;
   EXPECT_EQ(describe_mismatch(0, a, 1, b),
             "allreduce #4: rank 0 issued allreduce of 1000 float32 elements (sum), rank 1 issued "
-            "allreduce of 999 float32 elements (sum)");
+            "allreduce of 999 float32 elements (sum) (every rank must issue the same collectives, "
+            "in the same order, with the same sizes and dtypes)");
 }
 
 }  // namespace

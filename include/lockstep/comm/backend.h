@@ -10,6 +10,7 @@
 #pragma once
 
 #include <lockstep/comm/types.h>
+#include <lockstep/error.h>
 
 #include <string>
 
@@ -48,5 +49,9 @@ class Backend {
   // async-signal-agnostic and never throw.
   virtual void abort() noexcept {}
 };
+
+// The CommContext of op `d` on backend `b` (rank, world, backend, op, seq, size, dtype,
+// peer), plus elapsed and timeout when `timing` is given: what every error reports.
+CommContext op_context(const Backend& b, const OpDesc& d, const OpContext* timing = nullptr);
 
 }  // namespace lockstep::comm

@@ -101,7 +101,6 @@ class ProcessGroup {
   void check_descriptor(const OpContext& ctx);
   Millis resolve(Millis t) const { return t.count() > 0 ? t : options_.timeout; }
   CommContext context_for(const OpDesc& d) const;
-  CommContext elapsed_context(const Task& task, const OpContext& ctx) const;
 
   std::unique_ptr<Backend> backend_;
   const ProcessGroupOptions options_;

@@ -134,16 +134,7 @@ class GlooBackend final : public Backend {
     try {
       work->wait(std::max(left, Millis(1)));
     } catch (const std::exception& e) {
-      CommContext c;
-      c.rank = rank_;
-      c.world_size = size_;
-      c.backend = "gloo";
-      c.op = op_kind_name(ctx.desc.kind);
-      c.seq = ctx.desc.seq;
-      c.numel = ctx.desc.numel;
-      c.dtype = dtype_name(ctx.desc.dtype);
-      c.elapsed_s = std::chrono::duration<double>(Clock::now() - ctx.start).count();
-      c.timeout_s = std::chrono::duration<double>(ctx.timeout).count();
+      CommContext c = op_context(*this, ctx.desc, &ctx);
       const std::string msg = e.what();
       auto kind = CommError::Kind::Failed;
       if (msg.find("Timed out") != std::string::npos || msg.find("timed out") != std::string::npos ||
