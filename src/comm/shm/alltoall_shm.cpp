@@ -19,17 +19,13 @@ void ShmBackend::alltoall(at::Tensor& out, const at::Tensor& in, const OpContext
   const char* src = static_cast<const char*>(in.data_ptr());
   char* dst = static_cast<char*>(out.data_ptr());
   if (n == 0) return;
-  const int64_t align = std::max<int64_t>(1, 128 / es);
-  const int64_t m = std::max<int64_t>(
-      1, static_cast<int64_t>(buffer_bytes()) / (P * es) / align * align);
+  const int64_t m = region_elems(es);
   const uint64_t base = step();
   int64_t c = 0;
   for (int64_t off = 0; off < n; off += m, ++c) {
     const int64_t len = std::min(m, n - off);
     const int b = static_cast<int>(c % 2);
-    char* const mine = segment().staging(me, b);
-    for (int d = 0; d < P; ++d)
-      if (d != me) std::memcpy(mine + d * m * es, src + (d * n + off) * es, len * es);
+    stage_others(b, src, n, off, len, m, es);
     post();
     const int64_t own = (me * n + off) * es;
     if (dst != src) std::memcpy(dst + own, src + own, len * es);

@@ -26,10 +26,7 @@ void ShmBackend::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp 
     return;
   }
   const int P = size_, me = rank_;
-  // Elements per destination region, a multiple of 128 bytes where the buffer allows.
-  const int64_t align = std::max<int64_t>(1, 128 / es);
-  const int64_t m = std::max<int64_t>(
-      1, static_cast<int64_t>(buffer_bytes()) / (P * es) / align * align);
+  const int64_t m = region_elems(es);
   // out may alias our slice of in (in-place use); then reduce via our unused region.
   const char* my_in = src + me * n * es;
   const bool aliased = dst < my_in + n * es && my_in < dst + n * es;
@@ -40,8 +37,7 @@ void ShmBackend::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp 
     const int64_t len = std::min(m, n - off);
     const int b = static_cast<int>(c % 2);
     char* const mine = segment().staging(me, b);
-    for (int d = 0; d < P; ++d)
-      if (d != me) std::memcpy(mine + d * m * es, src + (d * n + off) * es, len * es);
+    stage_others(b, src, n, off, len, m, es);
     post();
     wait_all(w, base + 2 * c + 1);
     for (int r = 0; r < P; ++r)

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -202,6 +203,18 @@ void ShmBackend::check_descriptors(Waiter& w, uint64_t slot) {
       w.fail(CommError::Kind::Mismatch, rank_ == r ? 0 : r,
              describe_mismatch(0, from_wire(d0), r, from_wire(dr)));
   }
+}
+
+int64_t ShmBackend::region_elems(int64_t es) const {
+  const int64_t align = std::max<int64_t>(1, 128 / es);
+  return std::max<int64_t>(1, static_cast<int64_t>(buffer_bytes()) / (size_ * es) / align * align);
+}
+
+void ShmBackend::stage_others(int b, const char* src, int64_t n, int64_t off, int64_t len,
+                              int64_t m, int64_t es) {
+  char* const mine = seg_.staging(rank_, b);
+  for (int d = 0; d < size_; ++d)
+    if (d != rank_) std::memcpy(mine + d * m * es, src + (d * n + off) * es, len * es);
 }
 
 void ShmBackend::wait_peer(Waiter& w, int peer, uint64_t target) const {

@@ -86,6 +86,13 @@ class ShmBackend final : public Backend {
   const Segment& segment() const { return seg_; }
   uint64_t buffer_bytes() const { return seg_.config().buffer_bytes; }
   const ShmOptions& options() const { return options_; }
+  // For ops that exchange one region per destination (alltoall, reduce_scatter): elements
+  // per region of the staging buffer, a multiple of 128 bytes where the buffer allows.
+  int64_t region_elems(int64_t elem_size) const;
+  // Copies [off, off+len) of every destination's part d (at d*n in `src`) except our own
+  // into region d of our staging buffer `b` (regions of `m` elements).
+  void stage_others(int b, const char* src, int64_t n, int64_t off, int64_t len, int64_t m,
+                    int64_t elem_size);
 
  private:
   void rendezvous(const StorePtr& store, const std::string& prefix, Millis timeout);
