@@ -1,6 +1,21 @@
 #include <lockstep/comm/backend.h>
 
+#include <ATen/ATen.h>
+
 namespace lockstep::comm {
+
+void Backend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op, const OpContext& ctx) {
+  std::vector<at::Tensor> flat_views;
+  flat_views.reserve(ts.size());
+  for (auto& t : ts) flat_views.push_back(t.view({-1}));
+  at::Tensor flat = at::cat(flat_views);
+  allreduce(flat, op, ctx);
+  int64_t off = 0;
+  for (auto& v : flat_views) {
+    v.copy_(flat.narrow(0, off, v.numel()));
+    off += v.numel();
+  }
+}
 
 CommContext op_context(const Backend& b, const OpDesc& d, const OpContext* timing) {
   CommContext c;

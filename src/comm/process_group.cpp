@@ -196,10 +196,34 @@ WorkPtr ProcessGroup::allreduce(at::Tensor& t, const AllreduceOptions& o) {
   validate_reduce(t, o.op, "allreduce");
   OpDesc d{OpKind::Allreduce, 0, t.numel(), t.scalar_type(), o.op, -1, 0};
   const int p = size_;
-  return enqueue(d, resolve(o.timeout), [this, t, op = o.op, p](const OpContext& ctx) mutable {
-    backend_->allreduce(t, op == ReduceOp::Avg ? ReduceOp::Sum : op, ctx);
-    if (op == ReduceOp::Avg) t.div_(p);
+  const bool divide = o.op == ReduceOp::Avg && !backend_->averages();
+  return enqueue(d, resolve(o.timeout), [this, t, op = o.op, p, divide](const OpContext& ctx) mutable {
+    backend_->allreduce(t, divide ? ReduceOp::Sum : op, ctx);
+    if (divide) t.div_(p);
   });
+}
+
+WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> ts, const AllreduceOptions& o) {
+  LOCKSTEP_CHECK(!ts.empty(), "allreduce_coalesced: the tensor list is empty");
+  int64_t numel = 0;
+  for (const auto& t : ts) {
+    validate_tensor(t, "allreduce_coalesced");
+    if (t.scalar_type() != ts[0].scalar_type())
+      throw InvalidArgument(detail::concat("allreduce_coalesced: tensors mix ",
+                                           dtype_name(ts[0].scalar_type()), " and ",
+                                           dtype_name(t.scalar_type()), "; use one call per dtype"));
+    numel += t.numel();
+  }
+  validate_reduce(ts[0], o.op, "allreduce_coalesced");
+  OpDesc d{OpKind::Allreduce, 0, numel, ts[0].scalar_type(), o.op, -1, 0};
+  const int p = size_;
+  const bool divide = o.op == ReduceOp::Avg && !backend_->averages();
+  return enqueue(d, resolve(o.timeout),
+                 [this, ts = std::move(ts), op = o.op, p, divide](const OpContext& ctx) mutable {
+                   backend_->allreduce_coalesced(ts, divide ? ReduceOp::Sum : op, ctx);
+                   if (divide)
+                     for (auto& t : ts) t.div_(p);
+                 });
 }
 
 WorkPtr ProcessGroup::broadcast(at::Tensor& t, const BroadcastOptions& o) {

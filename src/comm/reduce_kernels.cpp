@@ -166,7 +166,25 @@ void many_for_op(void* dst, const void* const* srcs, int k, int64_t n, at::Scala
   }
 }
 
+template <typename T, typename A>
+void divide_all(T* __restrict d, int64_t n, A divisor) {
+  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<T>(static_cast<A>(d[i]) / divisor);
+}
+
 }  // namespace
+
+void divide_inplace(void* d, int64_t n, at::ScalarType t, int64_t divisor) {
+  switch (t) {
+    case at::kFloat: return divide_all(static_cast<float*>(d), n, static_cast<float>(divisor));
+    case at::kDouble: return divide_all(static_cast<double*>(d), n, static_cast<double>(divisor));
+    case at::kBFloat16:
+      return divide_all(static_cast<c10::BFloat16*>(d), n, static_cast<float>(divisor));
+    case at::kHalf: return divide_all(static_cast<c10::Half*>(d), n, static_cast<float>(divisor));
+    default:
+      throw InvalidArgument(detail::concat("divide: unsupported dtype ", c10::toString(t),
+                                           " (avg needs a floating-point tensor)"));
+  }
+}
 
 void reduce_many(void* dst, const void* const* srcs, int k, int64_t n, at::ScalarType t,
                  ReduceOp op) {

@@ -17,4 +17,7 @@ void reduce_inplace(void* dst, const void* src, int64_t n, at::ScalarType t, Red
 void reduce_many(void* dst, const void* const* srcs, int k, int64_t n, at::ScalarType t,
                  ReduceOp op);
 
+// d[i] /= divisor for i < n (floating-point dtypes: the Avg of a Sum; as Tensor::div_).
+void divide_inplace(void* d, int64_t n, at::ScalarType t, int64_t divisor);
+
 }  // namespace lockstep::comm

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -53,6 +54,22 @@ void run_case(ProcessGroup& pg, at::ScalarType t, int64_t n) {
     const double scale = op == ReduceOp::Sum ? tri : op == ReduceOp::Avg ? tri / p
                        : op == ReduceOp::Max ? p : 1;
     expect(tag + "allreduce " + comm::reduce_op_name(op), x, f_times(scale, n, 0, t));
+  }
+
+  // Coalesced: pieces of uneven sizes (one empty) whose boundaries fall inside the
+  // backends' chunks and parts; each piece holds its slice of the flat pattern.
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+    if (op == ReduceOp::Avg && !at::isFloatingType(t)) continue;
+    const int64_t cuts[] = {0, n / 7, n / 7, n / 2 + 3 > n ? n : n / 2 + 3, n};
+    std::vector<at::Tensor> pieces;
+    for (int k = 0; k + 1 < 5; ++k)
+      pieces.push_back(f_times(r + 1, cuts[k + 1] - cuts[k], cuts[k], t));
+    pg.allreduce_coalesced(pieces, {op})->wait();
+    const double scale = op == ReduceOp::Sum ? tri : op == ReduceOp::Avg ? tri / p : p;
+    for (int k = 0; k + 1 < 5; ++k)
+      expect(tag + "allreduce_coalesced " + comm::reduce_op_name(op) + " piece " +
+                 std::to_string(k),
+             pieces[k], f_times(scale, cuts[k + 1] - cuts[k], cuts[k], t));
   }
 
   const int root = p - 1;

@@ -6,13 +6,14 @@
 // give up with a CommError (or any exception; the group adds context) once
 // `ctx.deadline` passes or a peer is known to be gone. Tensors arrive validated:
 // CPU, contiguous, supported dtype, sizes consistent with the op. ReduceOp::Avg
-// never reaches a backend (the group reduces with Sum and divides).
+// reaches a backend only if it says averages() (else the group sums and divides).
 #pragma once
 
 #include <lockstep/comm/types.h>
 #include <lockstep/error.h>
 
 #include <string>
+#include <vector>
 
 namespace lockstep::comm {
 
@@ -27,9 +28,18 @@ class Backend {
   // True if the backend itself compares each collective's OpDesc across ranks
   // (so the group need not spend a round trip on it). Mismatch -> CommError::Mismatch.
   virtual bool checks_descriptors() const { return false; }
+  // True if allreduce / allreduce_coalesced accept ReduceOp::Avg themselves (dividing
+  // in the pass that reduces, instead of a separate pass over the result).
+  virtual bool averages() const { return false; }
 
   // t <- op over ranks of t.
   virtual void allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) = 0;
+  // The tensors (one dtype), seen as one flat array in list order, <- op over ranks: one
+  // collective, as allreduce of their concatenation (the descriptor says so too). The
+  // default flattens into a temporary; a backend that can read and write the tensors
+  // in place (shm) saves the two copies.
+  virtual void allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
+                                   const OpContext& ctx);
   // t <- root's t.
   virtual void broadcast(at::Tensor& t, int root, const OpContext& ctx) = 0;
   // out (P*n elements) <- concat over ranks r of in_r (n elements), in rank order.

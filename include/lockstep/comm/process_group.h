@@ -53,6 +53,11 @@ class ProcessGroup {
 
   // In place: t <- op over ranks.
   WorkPtr allreduce(at::Tensor& t, const AllreduceOptions& o = {});
+  // In place, one collective over the tensors seen as one flat array (list order): each
+  // t <- op over ranks. Same dtype for all; every rank passes the same total size. For
+  // many small or scattered tensors (e.g. DDP gradients) without a flattening copy where
+  // the backend allows (shm); others flatten into a temporary.
+  WorkPtr allreduce_coalesced(std::vector<at::Tensor> ts, const AllreduceOptions& o = {});
   // In place: t <- root's t.
   WorkPtr broadcast(at::Tensor& t, const BroadcastOptions& o = {});
   // out.numel() == size() * in.numel(); rank r's input lands at [r*n, (r+1)*n).

@@ -16,6 +16,10 @@
 // Buffer b is reused by chunk c+2 only after every peer has posted copy-in of
 // chunk c+1, which each peer does after finishing its copy-out of chunk c.
 //
+// allreduce_coalesced runs the same algorithm over a list of tensors seen as one flat
+// array: copies and reductions are cut at tensor boundaries, and nothing is flattened.
+// Avg divides each reduced block while it is still in L1 (no extra pass).
+//
 // Small tensors (<= small_bytes) take a one-handshake path: each rank's copy rides
 // along with the descriptor round in its small slot, then every rank reduces all P
 // copies (same order, so same bits).
@@ -28,6 +32,46 @@
 
 namespace lockstep::comm::shm {
 namespace {
+
+// Same-dtype contiguous tensors seen as one flat byte array, in list order.
+class Flat {
+ public:
+  explicit Flat(const std::vector<at::Tensor>& ts) {
+    int64_t at = 0;
+    for (const auto& t : ts) {
+      const int64_t b = t.numel() * static_cast<int64_t>(t.element_size());
+      if (b == 0) continue;
+      ptrs_.push_back(static_cast<char*>(t.data_ptr()));
+      starts_.push_back(at);
+      at += b;
+    }
+    starts_.push_back(at);  // sentinel: the total
+  }
+  int64_t bytes() const { return starts_.back(); }
+  // The whole array if it is one tensor, else null.
+  char* contiguous() const { return ptrs_.size() == 1 ? ptrs_[0] : nullptr; }
+  // f(ptr, rel, len) for each contiguous run of the bytes [b, b + n); rel counts from b.
+  template <class F>
+  void each(int64_t b, int64_t n, F&& f) const {
+    if (n <= 0) return;
+    size_t i = std::upper_bound(starts_.begin(), starts_.end() - 1, b) - starts_.begin() - 1;
+    for (int64_t rel = 0; rel < n; ++i) {
+      const int64_t len = std::min(n - rel, starts_[i + 1] - (b + rel));
+      f(ptrs_[i] + (b + rel - starts_[i]), rel, len);
+      rel += len;
+    }
+  }
+  void gather(char* dst, int64_t b, int64_t n) const {
+    each(b, n, [&](char* p, int64_t rel, int64_t len) { std::memcpy(dst + rel, p, len); });
+  }
+  void scatter(const char* src, int64_t b, int64_t n) const {
+    each(b, n, [&](char* p, int64_t rel, int64_t len) { std::memcpy(p, src + rel, len); });
+  }
+
+ private:
+  std::vector<char*> ptrs_;
+  std::vector<int64_t> starts_;
+};
 
 // Part p of a chunk of m elements, in elements; parts are multiples of 128 bytes.
 struct Parts {
@@ -43,17 +87,18 @@ Parts split(int64_t m, int P, int64_t elem) {
   return Parts{(per + align - 1) / align * align, m};
 }
 
-// Reduces n elements of srcs into `shared` (for the peers) and `own` (our tensor).
-// Done in L1-sized blocks so the second copy reads from cache: one pass over
-// memory instead of reduce-then-copy's two.
+// Reduces n elements of srcs into `shared` (for the peers) and `own` (our tensor);
+// `divisor` > 0 divides the result (Avg). Done in L1-sized blocks so the division and
+// the second copy work in cache: one pass over memory instead of two or three.
 void reduce_part(char* shared, char* own, std::vector<const void*>& srcs, int64_t n, int64_t es,
-                 at::ScalarType dt, ReduceOp op) {
+                 at::ScalarType dt, ReduceOp op, int64_t divisor) {
   const int64_t block = (16 << 10) / es;
   std::vector<const void*> s(srcs.size());
   for (int64_t off = 0; off < n; off += block) {
     const int64_t m = std::min(block, n - off);
     for (size_t r = 0; r < srcs.size(); ++r) s[r] = static_cast<const char*>(srcs[r]) + off * es;
     reduce_many(shared + off * es, s.data(), static_cast<int>(s.size()), m, dt, op);
+    if (divisor > 0) divide_inplace(shared + off * es, m, dt, divisor);
     std::memcpy(own + off * es, shared + off * es, m * es);
   }
 }
@@ -61,19 +106,36 @@ void reduce_part(char* shared, char* own, std::vector<const void*>& srcs, int64_
 }  // namespace
 
 void ShmBackend::allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) {
-  const int64_t n = t.numel();
-  const int64_t es = static_cast<int64_t>(t.element_size());
-  char* data = static_cast<char*>(t.data_ptr());
-  const at::ScalarType dt = t.scalar_type();
+  std::vector<at::Tensor> one{t};
+  allreduce_coalesced(one, op, ctx);
+}
+
+void ShmBackend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
+                                     const OpContext& ctx) {
+  const Flat flat(ts);
+  const at::ScalarType dt = ts.at(0).scalar_type();
+  const int64_t es = static_cast<int64_t>(ts[0].element_size());
+  const int64_t n = flat.bytes() / es;
   const int P = size_;
   const int me = rank_;
+  const int64_t divisor = op == ReduceOp::Avg ? P : 0;
+  const ReduceOp rop = op == ReduceOp::Avg ? ReduceOp::Sum : op;
   std::vector<const void*> srcs(P);
 
   if (P > 1 && static_cast<uint64_t>(n * es) <= options_.small_bytes) {
     // One handshake: the data travels with the descriptor round.
+    std::vector<char> gathered;
+    char* data = flat.contiguous();
+    if (data == nullptr) {
+      gathered.resize(n * es);
+      flat.gather(gathered.data(), 0, n * es);
+      data = gathered.data();
+    }
     begin(OpKind::Allreduce, n, dt, op, -1, ctx, data, n * es);
     for (int r = 0; r < P; ++r) srcs[r] = small_slot(r);
-    reduce_many(data, srcs.data(), P, n, dt, op);
+    reduce_many(data, srcs.data(), P, n, dt, rop);
+    if (divisor > 0) divide_inplace(data, n, dt, divisor);
+    if (!gathered.empty()) flat.scatter(data, 0, n * es);
     return;
   }
   Waiter w = begin(OpKind::Allreduce, n, dt, op, -1, ctx);
@@ -84,27 +146,28 @@ void ShmBackend::allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) {
   int64_t c = 0;
   for (int64_t off = 0; off < n; off += chunk, ++c) {
     const Parts parts = split(std::min(chunk, n - off), P, es);
-    char* const mine = segment().staging(me, static_cast<int>(c % 2));
-    char* const src = data + off * es;
+    const int buf = static_cast<int>(c % 2);
+    char* const mine = segment().staging(me, buf);
+    const int64_t at = off * es;  // the chunk's first byte in the flat array
     const int64_t b0 = parts.begin(me) * es, b1 = b0 + parts.len(me) * es;
     // 1. copy in everything but our own part
-    std::memcpy(mine, src, b0);
-    std::memcpy(mine + b1, src + b1, parts.m * es - b1);
+    flat.gather(mine, at, b0);
+    flat.gather(mine + b1, at + b1, parts.m * es - b1);
     post();
     wait_all(w, base + 2 * c + 1);
-    // 3. reduce our part, in rank order
-    for (int r = 0; r < P; ++r)
-      srcs[r] = r == me ? static_cast<const void*>(src + b0)
-                        : segment().staging(r, static_cast<int>(c % 2)) + b0;
-    reduce_part(mine + b0, src + b0, srcs, parts.len(me), es, dt, op);
+    // 3. reduce our part, in rank order, reading our own input in place
+    flat.each(at + b0, b1 - b0, [&](char* p, int64_t rel, int64_t len) {
+      for (int r = 0; r < P; ++r)
+        srcs[r] = r == me ? static_cast<const void*>(p) : segment().staging(r, buf) + b0 + rel;
+      reduce_part(mine + b0 + rel, p, srcs, len / es, es, dt, rop, divisor);
+    });
     post();
     // 4. copy out the others' parts as they become ready (nearest peer first)
     for (int k = 1; k < P; ++k) {
       const int q = (me + k) % P;
       wait_peer(w, q, base + 2 * c + 2);
       const int64_t q0 = parts.begin(q) * es;
-      std::memcpy(src + q0, segment().staging(q, static_cast<int>(c % 2)) + q0,
-                  parts.len(q) * es);
+      flat.scatter(segment().staging(q, buf) + q0, at + q0, parts.len(q) * es);
     }
   }
 }

@@ -54,8 +54,11 @@ class ShmBackend final : public Backend {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   bool checks_descriptors() const override { return true; }
+  bool averages() const override { return true; }
 
   void allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) override;
+  void allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
+                           const OpContext& ctx) override;
   void broadcast(at::Tensor& t, int root, const OpContext& ctx) override;
   void allgather(at::Tensor& out, const at::Tensor& in, const OpContext& ctx) override;
   void reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp op,
