@@ -80,6 +80,8 @@ void Reducer::register_comm_hook(CommHook hook) {
   std::lock_guard<std::mutex> lk(mu_);
   LOCKSTEP_CHECK(!step_active_, "register_comm_hook: not allowed during a backward pass");
   hook_ = std::move(hook);
+  builtin_hook_ = false;
+  for (auto& b : buckets_) b.direct = false;
 }
 
 void Reducer::build_buckets(const std::vector<int64_t>& order) {
@@ -102,7 +104,9 @@ void Reducer::build_buckets(const std::vector<int64_t>& order) {
     info.world_size = world_size_;
     int64_t total = 0;
     for (int64_t p : specs[b].params) total += numels[p];
-    info.buffer = at::zeros({total}, at::TensorOptions().dtype(specs[b].dtype));
+    // Untouched until a bucket falls back to the copy path (never, usually): its pages
+    // cost no memory until then.
+    info.buffer = at::empty({total}, at::TensorOptions().dtype(specs[b].dtype));
     int64_t off = 0;
     for (size_t k = 0; k < specs[b].params.size(); ++k) {
       const int64_t p = specs[b].params[k];
@@ -116,6 +120,7 @@ void Reducer::build_buckets(const std::vector<int64_t>& order) {
       off += numels[p];
     }
     states[b].pending = specs[b].params.size();
+    states[b].direct = builtin_hook_;
   }
   // Gradients that already live in old bucket views move into the new ones.
   if (options_.gradient_as_bucket_view && !buckets_.empty()) {
@@ -172,7 +177,7 @@ void Reducer::on_grad_ready(int64_t i) {
         "not supported"));
   }
   if (record_order_) observed_order_.push_back(i);
-  copy_grad_to_bucket_locked(i);
+  stage_grad_locked(i);
   mark_ready_locked(i);
   launch_ready_buckets_locked();
 }
@@ -183,6 +188,49 @@ void Reducer::begin_step_locked() {
   // The callback is queued from inside this backward, so it is guaranteed to run
   // at its end (on success) whatever subset of parameters gets gradients.
   compat::queue_end_of_backward_callback([this] { finalize(); });
+}
+
+bool Reducer::in_place_ok_locked(int64_t i) const {
+  const Slot s = slots_[i];
+  const at::Tensor& grad = params_[i].grad();
+  const at::Tensor& view = buckets_[s.bucket].views[s.index];
+  if (!grad.defined() || grad.is_sparse()) return false;
+  if (options_.gradient_as_bucket_view) return grad.data_ptr() == view.data_ptr();
+  return grad.device().is_cpu() && grad.is_contiguous() &&
+         grad.scalar_type() == view.scalar_type() && grad.numel() == view.numel();
+}
+
+void Reducer::stage_grad_locked(int64_t i) {
+  const int64_t bi = slots_[i].bucket;
+  auto& b = buckets_[bi];
+  if (b.direct && in_place_ok_locked(i)) return;  // the collective reads it where it is
+  if (b.direct) {
+    // This gradient cannot be reduced in place: the whole bucket takes the copy path,
+    // including the gradients already passed over.
+    b.direct = false;
+    for (int64_t p : infos_[bi].param_indices)
+      if (ready_[p]) copy_grad_to_bucket_locked(p);
+  }
+  copy_grad_to_bucket_locked(i);
+}
+
+// Both forms are "allreduce of the bucket's N elements (avg)" to the group, so ranks
+// that chose differently for a bucket (one had an unused parameter) still agree.
+HookResult Reducer::builtin_allreduce_locked(int64_t bi) {
+  const GradBucket& info = infos_[bi];
+  const comm::AllreduceOptions avg{comm::ReduceOp::Avg};
+  HookResult r;
+  r.bytes = info.buffer.numel() * static_cast<int64_t>(info.buffer.element_size());
+  if (!buckets_[bi].direct || options_.gradient_as_bucket_view) {
+    at::Tensor buf = info.buffer;  // the grads were copied into it, or are its views
+    r.work = group_->allreduce(buf, avg);
+  } else {
+    std::vector<at::Tensor> grads;
+    grads.reserve(info.param_indices.size());
+    for (int64_t p : info.param_indices) grads.push_back(params_[p].grad());
+    r.work = group_->allreduce_coalesced(std::move(grads), avg);
+  }
+  return r;
 }
 
 void Reducer::copy_grad_to_bucket_locked(int64_t i) {
@@ -198,10 +246,12 @@ void Reducer::copy_grad_to_bucket_locked(int64_t i) {
     throw InvalidArgument(detail::concat("DDP: parameter '", names_[i], "' has a sparse gradient "
                                          "(e.g. Embedding with sparse=true); DDP reduces dense "
                                          "gradients only: turn the module's sparse option off"));
+  // Comm hooks get the buffer divided by world size; the built-in allreduce averages.
+  const bool prescale = !builtin_hook_ && world_size_ > 1;
   if (grad.data_ptr() == view.data_ptr()) {
     // gradient_as_bucket_view and autograd accumulated in place into the view.
-    if (world_size_ > 1) view.mul_(scale_t_);
-  } else if (world_size_ > 1) {
+    if (prescale) view.mul_(scale_t_);
+  } else if (prescale) {
     // Copy and divide in one pass. The scale is a 0-dim tensor: libtorch 1.13's
     // mul_out(Scalar) has no CPU kernel and goes through a full-size temporary (6x slower).
     at::mul_out(view, grad, scale_t_);
@@ -221,7 +271,8 @@ void Reducer::launch_ready_buckets_locked() {
   // Strictly in index order: the k-th collective of the pass is bucket k on every rank.
   while (next_launch_ < (int64_t)buckets_.size() && buckets_[next_launch_].pending == 0) {
     auto& b = buckets_[next_launch_];
-    b.result = hook_(*group_, infos_[next_launch_]);
+    b.result = builtin_hook_ ? builtin_allreduce_locked(next_launch_)
+                             : hook_(*group_, infos_[next_launch_]);
     b.launched = true;
     ++next_launch_;
     LOCKSTEP_CHECK(b.result.work != nullptr, "DDP comm hook returned no work for bucket ",
@@ -242,7 +293,7 @@ void Reducer::finalize() {
     // in order: this rank must not leave its peers waiting on a collective.
     for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
       if (record_order_) observed_order_.push_back(*it);
-      copy_grad_to_bucket_locked(*it);
+      stage_grad_locked(*it);
       mark_ready_locked(*it);
     }
     launch_ready_buckets_locked();
@@ -297,7 +348,8 @@ void Reducer::write_back_locked(const at::Tensor& used_global) {
     const at::Tensor& view = buckets_[s.bucket].views[s.index];
     at::Tensor& grad = params_[i].mutable_grad();
     if (grad.defined()) {
-      if (grad.data_ptr() != view.data_ptr()) grad.copy_(view);
+      // (a bucket reduced in place already left the averages in param.grad)
+      if (!buckets_[s.bucket].direct && grad.data_ptr() != view.data_ptr()) grad.copy_(view);
     } else if (used == nullptr || used[i] != 0) {
       // No gradient here but some rank had one: adopt the average.
       grad = options_.gradient_as_bucket_view ? view : view.clone();
@@ -318,6 +370,7 @@ void Reducer::abandon_step_locked() noexcept {
     }
     b.result = HookResult{};
     b.launched = false;
+    b.direct = builtin_hook_;
     b.pending = static_cast<int64_t>(infos_[&b - buckets_.data()].param_indices.size());
   }
   std::fill(ready_.begin(), ready_.end(), 0);

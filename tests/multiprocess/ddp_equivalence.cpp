@@ -90,6 +90,9 @@ struct Case {
   lockstep::DDPOptions options;
   lockstep::ddp::CommHook hook;
   std::function<int64_t(int step, int rank)> variant = [](int, int) { return 0; };
+  // Odd ranks start with non-contiguous (column-major) zero grads on 2-D parameters, so
+  // their buckets take the reducer's copy path while even ranks reduce in place.
+  bool strided_grads_on_odd_ranks = false;
 };
 
 // AdamW divides by sqrt(v)+eps: gradient components near zero turn rounding-level
@@ -126,6 +129,10 @@ void run_case(const std::shared_ptr<lockstep::ProcessGroup>& pg, const Case& c) 
   torch::manual_seed(1000);  // the reference = rank 0's initial weights
   auto ref = std::make_shared<Net>();
   ref->to(c.dtype);
+  if (c.strided_grads_on_odd_ranks && r % 2 == 1)
+    for (auto& p : model->parameters())
+      if (p.dim() == 2)  // column-major, and not an autograd view (zero_grad detaches it)
+        p.mutable_grad() = torch::empty_strided(p.sizes(), {1, p.size(0)}, p.options()).zero_();
   auto opt = make_opt(c, ddp.parameters());
   auto ref_opt = make_opt(c, ref->parameters());
 
@@ -245,6 +252,10 @@ void run_all(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
   }
   {
     Case c;
+    c.name = "mixed in-place/copy paths mlp f64 sgd";
+    c.strided_grads_on_odd_ranks = true;
+    run_case<Mlp>(pg, c);
+    c.strided_grads_on_odd_ranks = false;
     c.name = "no_sync accum=3 mlp f64 sgd";
     c.accum = 3;
     run_case<Mlp>(pg, c);

@@ -4,16 +4,24 @@
 // flat buffer per bucket (allocated once per layout, never per step) and a
 // post-hook on every parameter's AccumulateGrad node. In a synchronized backward:
 //
-//   hook(param i)  -> grad * (1/world_size) written into its bucket slot (one fused
-//                     at::mul_out); the first hook of the pass queues the
-//                     end-of-backward callback with the autograd engine.
-//   bucket full    -> buckets launch their comm hook strictly in index order (a
-//                     bucket that fills early waits for its predecessors), while
-//                     backward goes on computing.
+//   hook(param i)  -> with the built-in allreduce (no comm hook registered) and a
+//                     dense contiguous grad: nothing to do, the bucket's collective
+//                     will average param.grad where it lies (allreduce_coalesced, or
+//                     allreduce of the buffer when grads are bucket views). Otherwise
+//                     the "copy path" for the whole bucket: grads copied into their
+//                     bucket slots (for a comm hook divided by world_size in the same
+//                     pass, one fused at::mul_out). The first hook of the pass queues
+//                     the end-of-backward callback with autograd.
+//   bucket full    -> buckets launch (in-place allreduce or comm hook) strictly in
+//                     index order (a bucket that fills early waits for its
+//                     predecessors), while backward goes on computing.
 //   end of backward-> (callback) parameters whose hook never fired are filled in
 //                     (zero / their accumulated grad) so every rank launches every
-//                     bucket; wait for all buckets; write averages back to
-//                     param.grad (or nothing: gradient_as_bucket_view).
+//                     bucket; wait for all buckets; copy-path buckets write averages
+//                     back to param.grad (unless grads are bucket views).
+//
+// The in-place path saves two passes over every gradient (the copy in and the copy
+// back); on the shm backend the division rides along with the reduction too.
 //
 // Ranks must run the same number of synchronized backward passes; the bucket
 // layout (and so the sequence of collectives) is identical on every rank because
@@ -56,7 +64,8 @@ class Reducer {
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
 
-  // Replaces the communication hook (default: hooks::allreduce_hook()). Not
+  // Replaces the communication hook (default: the built-in allreduce, which reduces
+  // gradients in place; hooks see the copy path, see top). Not
   // allowed while a backward pass is reducing.
   void register_comm_hook(CommHook hook);
 
@@ -89,6 +98,7 @@ class Reducer {
     std::vector<at::Tensor> views;  // one per parameter, shaped like it, into the buffer
     int64_t pending = 0;            // parameters not yet ready in this pass
     bool launched = false;
+    bool direct = true;             // this pass: reduced in place (see top), not copied
     HookResult result;
   };
 
@@ -96,7 +106,10 @@ class Reducer {
   void on_grad_ready(int64_t i);
   void begin_step_locked();
   void mark_ready_locked(int64_t i);
+  bool in_place_ok_locked(int64_t i) const;
+  void stage_grad_locked(int64_t i);
   void copy_grad_to_bucket_locked(int64_t i);
+  HookResult builtin_allreduce_locked(int64_t bucket);
   void launch_ready_buckets_locked();
   void finalize();
   void write_back_locked(const at::Tensor& used_global);
@@ -111,6 +124,7 @@ class Reducer {
   const double scale_;
   const at::Tensor scale_t_;  // scale_ as a 0-dim tensor, for the fused copy-and-scale
   CommHook hook_;
+  bool builtin_hook_ = true;  // no comm hook registered: buckets may reduce in place
   std::vector<compat::PostHookHandle> hook_handles_;
 
   // Layout (rebuilt at most once).
