@@ -8,7 +8,7 @@
 // Workload (both sides): Mlp 1024-4096-4096-10 (~21M parameters, 84 MB of float32
 // gradients), batch 64 per rank, SGD lr 0.01, one compute thread per rank
 // (at::set_num_threads(1), OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=1), DDP defaults
-// (25 MiB buckets, 1 MiB first bucket, grads copied into buckets), synthetic data
+// (25 MiB buckets, 1 MiB first bucket, grads reduced in place), synthetic data
 // from fixed seeds (model seed 0, data seed 1000 + rank).
 //
 // The driver runs, per round, every (ranks, config) as its own job:

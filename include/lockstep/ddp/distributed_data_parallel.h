@@ -64,7 +64,8 @@ class DistributedDataParallel {
 
   // Gradients accumulate locally while the guard lives; see NoSyncGuard.
   [[nodiscard]] NoSyncGuard no_sync() { return core_->no_sync(); }
-  // Replace the reduction of each bucket (default hooks::allreduce_hook()).
+  // Replace the reduction of each bucket (default: an in-place average of the grads,
+  // see reducer.h; a hook gets the bucket through the copy path).
   void register_comm_hook(CommHook hook) { core_->reducer().register_comm_hook(std::move(hook)); }
   // Statistics of the last synchronized backward (for logs and lockstep-bench).
   const StepStats& last_step_stats() const { return core_->reducer().last_step_stats(); }

@@ -8,7 +8,9 @@
 
 namespace lockstep::ddp::hooks {
 
-// Plain in-place sum-allreduce of the bucket (the default). Payload = buffer bytes.
+// Plain in-place sum-allreduce of the bucket. Payload = buffer bytes. What DDP does
+// without a hook, except that the default reduces param.grad in place (no copy into
+// the bucket and back); registering this hook forces the copy path.
 CommHook allreduce_hook();
 
 // Cast the bucket to bfloat16 / float16, sum-allreduce in low precision, cast back
