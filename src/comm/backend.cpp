@@ -5,14 +5,24 @@
 namespace lockstep::comm {
 
 void Backend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op, const OpContext& ctx) {
+  if (size() == 1) return;  // every op of one rank's tensors is the identity
+  const bool divide = op == ReduceOp::Avg && !averages();
   std::vector<at::Tensor> flat_views;
   flat_views.reserve(ts.size());
   for (auto& t : ts) flat_views.push_back(t.view({-1}));
   at::Tensor flat = at::cat(flat_views);
-  allreduce(flat, op, ctx);
+  allreduce(flat, divide ? ReduceOp::Sum : op, ctx);
+  // The division rides along with the copy back (a 0-dim divisor: libtorch 1.13's
+  // Scalar overloads of the out= ops go through a full-size temporary).
+  const at::Tensor p = at::scalar_tensor(static_cast<double>(size()), flat.options());
   int64_t off = 0;
   for (auto& v : flat_views) {
-    v.copy_(flat.narrow(0, off, v.numel()));
+    const at::Tensor part = flat.narrow(0, off, v.numel());
+    if (divide) {
+      at::div_out(v, part, p);
+    } else {
+      v.copy_(part);
+    }
     off += v.numel();
   }
 }

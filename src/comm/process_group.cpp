@@ -196,10 +196,10 @@ WorkPtr ProcessGroup::allreduce(at::Tensor& t, const AllreduceOptions& o) {
   validate_reduce(t, o.op, "allreduce");
   OpDesc d{OpKind::Allreduce, 0, t.numel(), t.scalar_type(), o.op, -1, 0};
   const int p = size_;
-  const bool divide = o.op == ReduceOp::Avg && !backend_->averages();
-  return enqueue(d, resolve(o.timeout), [this, t, op = o.op, p, divide](const OpContext& ctx) mutable {
-    backend_->allreduce(t, divide ? ReduceOp::Sum : op, ctx);
-    if (divide) t.div_(p);
+  const bool sum = o.op == ReduceOp::Avg && !backend_->averages();  // then divide (p > 1)
+  return enqueue(d, resolve(o.timeout), [this, t, op = o.op, p, sum](const OpContext& ctx) mutable {
+    backend_->allreduce(t, sum ? ReduceOp::Sum : op, ctx);
+    if (sum && p > 1) t.div_(p);
   });
 }
 
@@ -216,14 +216,9 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> ts, const Allr
   }
   validate_reduce(ts[0], o.op, "allreduce_coalesced");
   OpDesc d{OpKind::Allreduce, 0, numel, ts[0].scalar_type(), o.op, -1, 0};
-  const int p = size_;
-  const bool divide = o.op == ReduceOp::Avg && !backend_->averages();
-  return enqueue(d, resolve(o.timeout),
-                 [this, ts = std::move(ts), op = o.op, p, divide](const OpContext& ctx) mutable {
-                   backend_->allreduce_coalesced(ts, divide ? ReduceOp::Sum : op, ctx);
-                   if (divide)
-                     for (auto& t : ts) t.div_(p);
-                 });
+  return enqueue(d, resolve(o.timeout), [this, ts = std::move(ts), op = o.op](const OpContext& ctx) mutable {
+    backend_->allreduce_coalesced(ts, op, ctx);
+  });
 }
 
 WorkPtr ProcessGroup::broadcast(at::Tensor& t, const BroadcastOptions& o) {

@@ -6,7 +6,8 @@
 // give up with a CommError (or any exception; the group adds context) once
 // `ctx.deadline` passes or a peer is known to be gone. Tensors arrive validated:
 // CPU, contiguous, supported dtype, sizes consistent with the op. ReduceOp::Avg
-// reaches a backend only if it says averages() (else the group sums and divides).
+// reaches allreduce only if the backend says averages() (else the group sums and
+// divides); allreduce_coalesced always gets it (the default divides on its way back).
 #pragma once
 
 #include <lockstep/comm/types.h>
@@ -36,8 +37,9 @@ class Backend {
   virtual void allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) = 0;
   // The tensors (one dtype), seen as one flat array in list order, <- op over ranks: one
   // collective, as allreduce of their concatenation (the descriptor says so too). The
-  // default flattens into a temporary; a backend that can read and write the tensors
-  // in place (shm) saves the two copies.
+  // default flattens into a temporary, calls allreduce, and copies back (dividing in
+  // that pass for Avg); a backend that reads and writes the tensors in place (shm)
+  // saves the two copies. Takes Avg whatever averages() says.
   virtual void allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
                                    const OpContext& ctx);
   // t <- root's t.
