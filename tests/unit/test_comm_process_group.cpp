@@ -73,6 +73,33 @@ TEST(ProcessGroup, SumAndAvgAndOrder) {
   EXPECT_EQ(w2->desc().seq, 2u);
 }
 
+TEST(ProcessGroup, AllreduceCoalescedIsOneCollectiveOverTheList) {
+  // MirrorBackend has no allreduce_coalesced: this runs the Backend default (flatten,
+  // one allreduce, copy back, dividing on the way for Avg).
+  auto owned = std::make_unique<MirrorBackend>(4);
+  auto* b = owned.get();
+  ProcessGroup pg(std::move(owned));
+  std::vector<at::Tensor> sum{at::full({2, 3}, 1.0), at::empty({0}), at::arange(5.0)};
+  std::vector<at::Tensor> avg{at::full({3}, 6.0), at::full({2, 2}, -2.0)};
+  auto w1 = pg.allreduce_coalesced(sum);
+  auto w2 = pg.allreduce_coalesced(avg, {ReduceOp::Avg});
+  w2->wait();
+  w1->wait();
+  EXPECT_TRUE(at::equal(sum[0], at::full({2, 3}, 4.0)));
+  EXPECT_TRUE(at::equal(sum[2], at::arange(5.0) * 4));
+  EXPECT_TRUE(at::equal(avg[0], at::full({3}, 6.0)));
+  EXPECT_TRUE(at::equal(avg[1], at::full({2, 2}, -2.0)));
+  EXPECT_EQ(b->order, (std::vector<uint64_t>{1, 2}));  // one collective per list
+  EXPECT_EQ(w1->desc().numel, 11);
+  EXPECT_EQ(w2->desc().op, ReduceOp::Avg);
+  EXPECT_THROW(pg.allreduce_coalesced({}), InvalidArgument);
+  EXPECT_THROW(pg.allreduce_coalesced({at::ones({2}), at::ones({2}, at::kDouble)}),
+               InvalidArgument);
+  EXPECT_THROW(pg.allreduce_coalesced({at::ones({2}), at::ones({3, 3}).t()}), InvalidArgument);
+  EXPECT_THROW(pg.allreduce_coalesced({at::ones({2}, at::kInt)}, {ReduceOp::Avg}),
+               InvalidArgument);
+}
+
 TEST(ProcessGroup, ValidatesOnTheCallersThread) {
   ProcessGroup pg(std::make_unique<MirrorBackend>(2));
   auto strided = at::ones({4, 4}).t();
