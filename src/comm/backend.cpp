@@ -14,15 +14,11 @@ void Backend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op, cons
   allreduce(flat, divide ? ReduceOp::Sum : op, ctx);
   // The division rides along with the copy back (a 0-dim divisor: libtorch 1.13's
   // Scalar overloads of the out= ops go through a full-size temporary).
-  const at::Tensor p = at::scalar_tensor(static_cast<double>(size()), flat.options());
+  const at::Tensor p = divide ? at::scalar_tensor(double(size()), flat.options()) : at::Tensor();
   int64_t off = 0;
   for (auto& v : flat_views) {
     const at::Tensor part = flat.narrow(0, off, v.numel());
-    if (divide) {
-      at::div_out(v, part, p);
-    } else {
-      v.copy_(part);
-    }
+    divide ? at::div_out(v, part, p) : v.copy_(part);
     off += v.numel();
   }
 }

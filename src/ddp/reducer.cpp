@@ -1,6 +1,5 @@
 // The DDP reducer: see include/lockstep/ddp/reducer.h for the protocol.
 #include <lockstep/compat.h>
-#include <lockstep/ddp/hooks.h>
 #include <lockstep/ddp/reducer.h>
 #include <lockstep/error.h>
 
@@ -46,8 +45,7 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
       options_(options),
       world_size_(checked(group_).size()),
       scale_(1.0 / world_size_),
-      scale_t_(at::scalar_tensor(scale_, at::kDouble)),
-      hook_(hooks::allreduce_hook()) {
+      scale_t_(at::scalar_tensor(scale_, at::kDouble)) {
   LOCKSTEP_CHECK_EQ(params_.size(), names_.size());
   LOCKSTEP_CHECK(options_.bucket_cap_bytes > 0 && options_.first_bucket_bytes > 0,
                  "bucket sizes must be positive");
@@ -80,7 +78,6 @@ void Reducer::register_comm_hook(CommHook hook) {
   std::lock_guard<std::mutex> lk(mu_);
   LOCKSTEP_CHECK(!step_active_, "register_comm_hook: not allowed during a backward pass");
   hook_ = std::move(hook);
-  builtin_hook_ = false;
   for (auto& b : buckets_) b.direct = false;
 }
 
@@ -120,7 +117,7 @@ void Reducer::build_buckets(const std::vector<int64_t>& order) {
       off += numels[p];
     }
     states[b].pending = specs[b].params.size();
-    states[b].direct = builtin_hook_;
+    states[b].direct = builtin_hook();
   }
   // Gradients that already live in old bucket views move into the new ones.
   if (options_.gradient_as_bucket_view && !buckets_.empty()) {
@@ -247,7 +244,7 @@ void Reducer::copy_grad_to_bucket_locked(int64_t i) {
                                          "(e.g. Embedding with sparse=true); DDP reduces dense "
                                          "gradients only: turn the module's sparse option off"));
   // Comm hooks get the buffer divided by world size; the built-in allreduce averages.
-  const bool prescale = !builtin_hook_ && world_size_ > 1;
+  const bool prescale = !builtin_hook() && world_size_ > 1;
   if (grad.data_ptr() == view.data_ptr()) {
     // gradient_as_bucket_view and autograd accumulated in place into the view.
     if (prescale) view.mul_(scale_t_);
@@ -271,7 +268,7 @@ void Reducer::launch_ready_buckets_locked() {
   // Strictly in index order: the k-th collective of the pass is bucket k on every rank.
   while (next_launch_ < (int64_t)buckets_.size() && buckets_[next_launch_].pending == 0) {
     auto& b = buckets_[next_launch_];
-    b.result = builtin_hook_ ? builtin_allreduce_locked(next_launch_)
+    b.result = builtin_hook() ? builtin_allreduce_locked(next_launch_)
                              : hook_(*group_, infos_[next_launch_]);
     b.launched = true;
     ++next_launch_;
@@ -370,7 +367,7 @@ void Reducer::abandon_step_locked() noexcept {
     }
     b.result = HookResult{};
     b.launched = false;
-    b.direct = builtin_hook_;
+    b.direct = builtin_hook();
     b.pending = static_cast<int64_t>(infos_[&b - buckets_.data()].param_indices.size());
   }
   std::fill(ready_.begin(), ready_.end(), 0);

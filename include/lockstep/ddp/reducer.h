@@ -123,8 +123,8 @@ class Reducer {
   const int world_size_;
   const double scale_;
   const at::Tensor scale_t_;  // scale_ as a 0-dim tensor, for the fused copy-and-scale
-  CommHook hook_;
-  bool builtin_hook_ = true;  // no comm hook registered: buckets may reduce in place
+  CommHook hook_;  // empty: the built-in allreduce (buckets may reduce in place)
+  bool builtin_hook() const { return !hook_; }
   std::vector<compat::PostHookHandle> hook_handles_;
 
   // Layout (rebuilt at most once).
