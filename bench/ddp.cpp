@@ -122,7 +122,11 @@ std::map<std::string, double> run_job(const std::string& cmd) {
   return r;
 }
 
-const char* kThreadEnv = "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 ";
+// Every side runs with the same environment: one compute thread, and glibc malloc as
+// lockstep-run sets it up (large tensors stay in the heap; see docs/launcher.md).
+const char* kRankEnv =
+    "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 MALLOC_MMAP_MAX_=0 "
+    "MALLOC_TRIM_THRESHOLD_=17179869184 ";
 
 std::string worker_flags(const DdpArgs& a) {
   return " ddp --worker --steps " + std::to_string(a.steps) + " --warmup " +
@@ -136,9 +140,9 @@ std::string lockstep_cmd(const DdpArgs& a, const std::string& config, int n) {
   const std::string self = "'" + self_exe() + "'";
   const std::string flags = worker_flags(a) + " --backend " + backend + (view ? " --view" : "");
   if (backend == "mpi")
-    return std::string(kThreadEnv) + "'" LOCKSTEP_MPIRUN_PATH "' -np " + std::to_string(n) +
+    return std::string(kRankEnv) + "'" LOCKSTEP_MPIRUN_PATH "' -np " + std::to_string(n) +
            " " + self + flags;
-  return std::string(kThreadEnv) + "LOCKSTEP_BACKEND=" + backend + " '" LOCKSTEP_RUN_PATH
+  return std::string(kRankEnv) + "LOCKSTEP_BACKEND=" + backend + " '" LOCKSTEP_RUN_PATH
          "' --nproc-per-node " + std::to_string(n) + " --master-port 0 " + self + flags;
 }
 
@@ -156,7 +160,7 @@ std::string peer_cmd(const DdpArgs& a, int n) {
                            std::to_string(a.batch);
   std::string cmd = "(";
   for (int r = n - 1; r >= 0; --r) {
-    cmd += std::string(kThreadEnv) + "RANK=" + std::to_string(r) + " WORLD_SIZE=" +
+    cmd += std::string(kRankEnv) + "RANK=" + std::to_string(r) + " WORLD_SIZE=" +
            std::to_string(n) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " '" + a.python +
            "'" + args + (r ? " >/dev/null & " : "; wait)");
   }

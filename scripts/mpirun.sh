@@ -22,4 +22,9 @@ if [[ "${LOCKSTEP_MPI_CMA:-1}" == 0 ]]; then
   export OMPI_MCA_btl_vader_single_copy_mechanism=none
 fi
 
+# glibc malloc as lockstep-run sets it up (docs/launcher.md): large tensors stay in the
+# heap instead of page-faulting through a fresh mmap() every step.
+export MALLOC_MMAP_MAX_="${MALLOC_MMAP_MAX_:-0}"
+export MALLOC_TRIM_THRESHOLD_="${MALLOC_TRIM_THRESHOLD_:-17179869184}"
+
 exec "${MPIRUN:-mpirun}" "$@"

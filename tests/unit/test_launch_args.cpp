@@ -136,6 +136,23 @@ TEST(LaunchEnv, UserOmpSettingWins) {
   EXPECT_FALSE(should_note_omp(parse_args({"p"}), {}));  // one rank: no note, as torchrun
 }
 
+TEST(LaunchEnv, MallocKeepsLargeTensorsInTheHeapUnlessTheUserTunesIt) {
+  LaunchOptions o = parse_args({"--nproc-per-node", "2", "p"});
+  EnvMap env = rank_env(o, 0, {"j", 1, 0}, {});
+  EXPECT_EQ(env["MALLOC_MMAP_MAX_"], "0");
+  EXPECT_EQ(env["MALLOC_TRIM_THRESHOLD_"], "17179869184");
+  // A setting of the user's wins, variable by variable.
+  env = rank_env(o, 0, {"j", 1, 0}, {{"MALLOC_MMAP_MAX_", "65536"}});
+  EXPECT_EQ(env["MALLOC_MMAP_MAX_"], "65536");
+  EXPECT_EQ(env["MALLOC_TRIM_THRESHOLD_"], "17179869184");
+  // Malloc tunables in GLIBC_TUNABLES: leave malloc entirely to them.
+  env = rank_env(o, 0, {"j", 1, 0}, {{"GLIBC_TUNABLES", "glibc.malloc.arena_max=2"}});
+  EXPECT_EQ(env.count("MALLOC_MMAP_MAX_"), 0u);
+  EXPECT_EQ(env.count("MALLOC_TRIM_THRESHOLD_"), 0u);
+  EXPECT_EQ(rank_env(o, 0, {"j", 1, 0}, {{"GLIBC_TUNABLES", "glibc.cpu.x86_shstk=on"}})
+                .count("MALLOC_MMAP_MAX_"), 1u);
+}
+
 TEST(LaunchEnv, EnvpAndJobId) {
   EXPECT_EQ(to_envp({{"A", "1"}, {"B", "x=y"}}), (Args{"A=1", "B=x=y"}));
   std::string id = make_job_id();

@@ -26,9 +26,16 @@ EnvMap current_environment();
 // base + the rank's contract: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,
 // ROLE_RANK, MASTER_ADDR, MASTER_PORT, LOCKSTEP_*/TORCHELASTIC_* restart counters, and
 // OMP_NUM_THREADS=1 unless base already has it (P ranks each spawning one OpenMP thread
-// per core would oversubscribe the machine P times).
+// per core would oversubscribe the machine P times), and malloc_defaults(base).
 EnvMap rank_env(const LaunchOptions& opt, int local_rank, const GroupContext& group,
                 const EnvMap& base);
+
+// glibc malloc settings for training processes, each only where base does not set it
+// (and none where GLIBC_TUNABLES tunes malloc): MALLOC_MMAP_MAX_=0 and a 16 GiB
+// MALLOC_TRIM_THRESHOLD_, so large tensors freed and allocated again every step reuse
+// heap pages instead of page-faulting through fresh mmap()s. The process keeps its peak
+// heap until it exits.
+EnvMap malloc_defaults(const EnvMap& base);
 
 // True when the launcher should print its OMP_NUM_THREADS note (as torchrun does).
 bool should_note_omp(const LaunchOptions& opt, const EnvMap& base);
