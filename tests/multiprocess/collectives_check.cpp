@@ -139,6 +139,15 @@ int main(int argc, char** argv) {
                                     at::kInt, at::kLong, at::kByte};
     for (int64_t n : {0L, 1L, 1000L, 1L << 20})
       for (auto t : types) run_case(*pg, t, n);
+    // Large and uneven: several of the backends' chunks, segments and ring blocks.
+    const int64_t big = (5L << 20) + 3;
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
+      auto x = f_times(pg->rank() + 1, big, 0, at::kFloat);
+      pg->allreduce(x, {op})->wait();
+      const int p = pg->size();
+      expect(std::string("large allreduce ") + comm::reduce_op_name(op), x,
+             f_times(op == ReduceOp::Sum ? p * (p + 1) / 2.0 : p, big, 0, at::kFloat));
+    }
     // A second group beside the first (same launch environment, same store): ops on
     // both interleave without crosstalk.
     auto pg2 = lockstep::init();

@@ -124,6 +124,26 @@ static void test_timeout(Backend& b) {
   }
 }
 
+// A large allreduce (the ring over point-to-point messages) times out like the rest.
+static void test_ring_timeout(Backend& b) {
+  if (b.size() == 1) return;
+  if (b.rank() == 0) {
+    const int64_t n = 4 << 20;
+    auto t = torch::ones({n});
+    auto c = mk(OpKind::Allreduce, n, at::kFloat, 2.0);
+    auto t0 = Clock::now();
+    try { b.allreduce(t, ReduceOp::Sum, c); EXPECT(false, "allreduce should time out"); }
+    catch (const CommError& e) {
+      double el = std::chrono::duration<double>(Clock::now() - t0).count();
+      EXPECT(e.kind() == CommError::Kind::Timeout, "kind %s", CommError::kind_name(e.kind()));
+      EXPECT(el >= 1.99 && el < 2.5, "elapsed %.3f", el);
+      std::printf("rank 0 ring timeout after %.3f s: %s\n", el, e.what());
+    }
+  } else {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+  }
+}
+
 static void test_abort(Backend& b) {
   if (b.rank() == 0) {
     std::thread killer([&] { std::this_thread::sleep_for(std::chrono::milliseconds(500)); b.abort(); });
@@ -177,7 +197,7 @@ static void test_bench(Backend& b) {
     std::sort(ts.begin(), ts.end()); double med = ts[ts.size() / 2];
     double bus = 2.0 * (P - 1) / P * n * 4 / med / 1e9;
     if (b.rank() == 0) std::printf("%s 64MiB f32 P=%d: median %.2f ms, bus bw %.2f GB/s, algbw %.2f GB/s\n",
-        mode == 0 ? "MPI_Allreduce (blocking)" : "lockstep mpi backend (Iallreduce+poll)", P, med * 1e3, bus, n * 4 / med / 1e9);
+        mode == 0 ? "MPI_Allreduce (blocking)" : "lockstep mpi backend (ring+poll)", P, med * 1e3, bus, n * 4 / med / 1e9);
   }
   MPI_Comm_free(&comm);
 }
@@ -212,6 +232,7 @@ int main(int argc, char** argv) {
       if (mode == "all") { test_all(*b); auto b2 = make_mpi_backend(env, Millis(20000)); test_two_groups(*b, *b2); }
       else if (mode == "mismatch") test_mismatch(*b);
       else if (mode == "timeout") test_timeout(*b);
+      else if (mode == "ring_timeout") test_ring_timeout(*b);
       else if (mode == "abort") test_abort(*b);
       else if (mode == "chunk") test_chunk(*b);
       else if (mode == "bench") test_bench(*b);

@@ -1,6 +1,7 @@
 // The MPI backend: lockstep's collectives on a private duplicate of MPI_COMM_WORLD.
 //
-// Every op is MPI's nonblocking variant polled with MPI_Test, so an op can give up
+// Every op is MPI's nonblocking variant (large allreduces: a ring of nonblocking
+// messages, allreduce_ring_mpi.cpp) polled with MPI_Test, so an op can give up
 // at its deadline (CommError::Timeout) or when the group aborts (Kind::Aborted):
 // blocking MPI calls cannot be interrupted. The poll spins briefly, then yields,
 // then sleeps in growing steps up to 1 ms, so ranks oversubscribed on few cores
@@ -12,8 +13,7 @@
 // still complete later (point to point), writing into its buffers; the backend
 // keeps those tensors alive until the request completes, and past its own
 // lifetime if need be (a small leak on a group that is broken anyway).
-#include "comm/backends.h"
-#include "comm/mpi/mpi_runtime.h"
+#include "comm/mpi/mpi_backend.h"
 
 #include <lockstep/error.h>
 
@@ -27,11 +27,12 @@
 #include <vector>
 
 namespace lockstep::comm {
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
 namespace {
 
 using mpi::call_lock;
-
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // Largest count per MPI call; LOCKSTEP_MPI_MAX_COUNT lowers it (tests exercise chunking).
 int64_t max_count() {
@@ -65,64 +66,11 @@ class Backoff {
   std::chrono::microseconds sleep_{20};
 };
 
-class MpiBackend final : public Backend {
- public:
-  MpiBackend(const LaunchEnv& env, Millis timeout);
-  ~MpiBackend() override;
-
-  std::string name() const override { return "mpi"; }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-
-  void allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) override;
-  void broadcast(at::Tensor& t, int root, const OpContext& ctx) override;
-  void allgather(at::Tensor& out, const at::Tensor& in, const OpContext& ctx) override;
-  void reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp op,
-                      const OpContext& ctx) override;
-  void alltoall(at::Tensor& out, const at::Tensor& in, const OpContext& ctx) override;
-  void send(const at::Tensor& t, int dst, int tag, const OpContext& ctx) override;
-  void recv(at::Tensor& t, int src, int tag, const OpContext& ctx) override;
-  void barrier(const OpContext& ctx) override;
-  void abort() noexcept override { aborted_ = true; }
-
- private:
-  // What an error message needs to know about the op in flight.
-  struct Where {
-    const char* op;
-    uint64_t seq;
-    int64_t numel;
-    std::string dtype;
-    int peer;
-    Clock::time_point start, deadline;
-    double timeout_s;
-  };
-  Where where(const OpContext& ctx, int peer) const;
-  [[noreturn]] void fail(CommError::Kind kind, const Where& w, const std::string& msg) const;
-  void check(int rc, const Where& w, const char* call) const;
-
-  // Issues one nonblocking call (under call_lock) and polls it to completion.
-  void run(const Where& w, const char* call, const std::function<int(MPI_Request*)>& start,
-           std::vector<at::Tensor> keep, bool cancellable = false, MPI_Status* status = nullptr);
-  // Chunks [0, numel) into pieces of at most max_count() elements.
-  static void for_chunks(int64_t numel, const std::function<void(int64_t, int)>& fn);
-  void reject_large(int64_t n, const Where& w) const;
-  void reap_abandoned_locked();
-
-  int rank_ = 0;
-  int size_ = 1;
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  std::atomic<bool> aborted_{false};
-  struct Abandoned {
-    MPI_Request req;
-    std::vector<at::Tensor> keep;  // buffers MPI may still write
-  };
-  std::vector<Abandoned> abandoned_;  // comm thread only
-};
+}  // namespace
 
 MpiBackend::MpiBackend(const LaunchEnv& env, Millis timeout) {
   const auto start = Clock::now();
   const Where w{"rendezvous", 0, -1, "", -1, start, start + timeout, seconds(timeout)};
-  MPI_Request req = MPI_REQUEST_NULL;
   {
     std::lock_guard<std::mutex> g(call_lock());
     mpi::ensure_initialized_locked();
@@ -137,19 +85,19 @@ MpiBackend::MpiBackend(const LaunchEnv& env, Millis timeout) {
     // A private communicator per backend: two groups never match each other's messages.
     // Duplicating is collective over the world, so it waits for every rank's init():
     // nonblocking, so a rank that never comes is a Rendezvous error, not a hang.
-    const int rc = MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &req);
-    if (rc != MPI_SUCCESS)
-      fail(CommError::Kind::Rendezvous, w, "MPI_Comm_idup failed: " + mpi::error_string(rc));
   }
-  try {
-    run(w, "MPI_Comm_idup", [&](MPI_Request* r) { *r = req; return MPI_SUCCESS; }, {});
-  } catch (const CommError& e) {
-    if (e.kind() != CommError::Kind::Timeout) throw;
-    fail(CommError::Kind::Rendezvous, w,
-         "not every rank of MPI_COMM_WORLD created its mpi group within the timeout");
+  for (MPI_Comm* c : {&comm_, &ring_comm_}) {
+    try {
+      run(w, "MPI_Comm_idup",
+          [&](MPI_Request* r) { return MPI_Comm_idup(MPI_COMM_WORLD, c, r); }, {});
+    } catch (const CommError& e) {
+      if (e.kind() != CommError::Kind::Timeout) throw;
+      fail(CommError::Kind::Rendezvous, w,
+           "not every rank of MPI_COMM_WORLD created its mpi group within the timeout");
+    }
+    std::lock_guard<std::mutex> g(call_lock());
+    MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
   }
-  std::lock_guard<std::mutex> g(call_lock());
-  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
 }
 
 MpiBackend::~MpiBackend() {
@@ -162,7 +110,9 @@ MpiBackend::~MpiBackend() {
     for (auto& a : abandoned_) new std::vector<at::Tensor>(std::move(a.keep));
     return;
   }
-  if (comm_ != MPI_COMM_NULL && !mpi::is_finalized()) MPI_Comm_free(&comm_);
+  if (mpi::is_finalized()) return;
+  for (MPI_Comm* c : {&comm_, &ring_comm_})
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 
 MpiBackend::Where MpiBackend::where(const OpContext& ctx, int peer) const {
@@ -217,15 +167,21 @@ void MpiBackend::run(const Where& w, const char* call,
                      const std::function<int(MPI_Request*)>& start, std::vector<at::Tensor> keep,
                      bool cancellable, MPI_Status* status) {
   if (aborted_) fail(CommError::Kind::Aborted, w, "the group is being torn down (abort())");
-  MPI_Request req = MPI_REQUEST_NULL;
-  MPI_Status local_status;
-  MPI_Status* st = status ? status : &local_status;
+  std::vector<MPI_Request> reqs{MPI_REQUEST_NULL};
   {
     std::lock_guard<std::mutex> g(call_lock());
     if (mpi::is_finalized()) fail(CommError::Kind::Failed, w, "MPI has been finalized");
     if (!abandoned_.empty()) reap_abandoned_locked();
-    check(start(&req), w, call);
+    check(start(&reqs[0]), w, call);
   }
+  await(w, call, reqs, 0, keep, cancellable, status);
+}
+
+void MpiBackend::await(const Where& w, const char* call, std::vector<MPI_Request>& reqs,
+                       size_t i, const std::vector<at::Tensor>& keep, bool cancellable,
+                       MPI_Status* status) {
+  MPI_Status local_status;
+  MPI_Status* st = status ? status : &local_status;
   Backoff backoff;
   for (;;) {
     int done = 0;
@@ -233,7 +189,7 @@ void MpiBackend::run(const Where& w, const char* call,
     {
       std::lock_guard<std::mutex> g(call_lock());
       if (mpi::is_finalized()) fail(CommError::Kind::Failed, w, "MPI has been finalized");
-      rc = MPI_Test(&req, &done, st);
+      rc = MPI_Test(&reqs[i], &done, st);
     }
     if (rc != MPI_SUCCESS) {
       // MPI_ERR_IN_STATUS does not apply to MPI_Test; the status may carry the detail.
@@ -245,10 +201,13 @@ void MpiBackend::run(const Where& w, const char* call,
     if (aborted || now >= w.deadline) {
       {
         std::lock_guard<std::mutex> g(call_lock());
-        if (cancellable) MPI_Cancel(&req);
-        int gone = 0;
-        MPI_Test(&req, &gone, MPI_STATUS_IGNORE);
-        if (!gone) abandoned_.push_back({req, std::move(keep)});
+        for (MPI_Request& req : reqs) {
+          if (req == MPI_REQUEST_NULL) continue;
+          if (cancellable) MPI_Cancel(&req);
+          int gone = 0;
+          MPI_Test(&req, &gone, MPI_STATUS_IGNORE);
+          if (!gone) abandoned_.push_back({req, keep});
+        }
       }
       if (aborted) fail(CommError::Kind::Aborted, w, "the group is being torn down (abort())");
       fail(CommError::Kind::Timeout, w,
@@ -277,6 +236,10 @@ void MpiBackend::allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) {
   const Where w = where(ctx, -1);
   const MPI_Datatype dt = mpi::datatype_for(t.scalar_type());
   const MPI_Op mop = mpi::op_for(t.scalar_type(), op);
+  if (size_ > 1 && t.numel() * static_cast<int64_t>(t.element_size()) >= kRingMinBytes) {
+    allreduce_ring(t, op, w);
+    return;
+  }
   char* base = static_cast<char*>(t.data_ptr());
   const int64_t esize = t.element_size();
   for_chunks(t.numel(), [&](int64_t off, int n) {
@@ -384,7 +347,6 @@ void MpiBackend::barrier(const OpContext& ctx) {
   run(w, "MPI_Ibarrier", [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); }, {});
 }
 
-}  // namespace
 
 std::unique_ptr<Backend> make_mpi_backend(const LaunchEnv& env, Millis timeout) {
   return std::make_unique<MpiBackend>(env, timeout);
