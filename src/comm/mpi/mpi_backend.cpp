@@ -27,12 +27,11 @@
 #include <vector>
 
 namespace lockstep::comm {
-
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
 namespace {
 
 using mpi::call_lock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // Largest count per MPI call; LOCKSTEP_MPI_MAX_COUNT lowers it (tests exercise chunking).
 int64_t max_count() {
@@ -82,10 +81,10 @@ MpiBackend::MpiBackend(const LaunchEnv& env, Millis timeout) {
           env.world_size, " but MPI_COMM_WORLD says rank ", rank_, " of ", size_,
           "; start the job with mpirun/srun alone, or pick another backend "
           "(LOCKSTEP_BACKEND=gloo|shm)"));
-    // A private communicator per backend: two groups never match each other's messages.
-    // Duplicating is collective over the world, so it waits for every rank's init():
-    // nonblocking, so a rank that never comes is a Rendezvous error, not a hang.
   }
+  // Private communicators per backend: two groups never match each other's messages.
+  // Duplicating is collective over the world, so it waits for every rank's init():
+  // nonblocking, so a rank that never comes is a Rendezvous error, not a hang.
   for (MPI_Comm* c : {&comm_, &ring_comm_}) {
     try {
       run(w, "MPI_Comm_idup",

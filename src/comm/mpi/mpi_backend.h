@@ -82,6 +82,4 @@ class MpiBackend final : public Backend {
   std::vector<Abandoned> abandoned_;  // comm thread only
 };
 
-double seconds(Clock::duration d);
-
 }  // namespace lockstep::comm
