@@ -24,7 +24,7 @@ fi
 
 # glibc malloc as lockstep-run sets it up (docs/launcher.md): large tensors stay in the
 # heap instead of page-faulting through a fresh mmap() every step.
-export MALLOC_MMAP_MAX_="${MALLOC_MMAP_MAX_:-0}"
+if [[ -z "${MALLOC_MMAP_THRESHOLD_:-}" ]]; then export MALLOC_MMAP_MAX_="${MALLOC_MMAP_MAX_:-0}"; fi
 export MALLOC_TRIM_THRESHOLD_="${MALLOC_TRIM_THRESHOLD_:-17179869184}"
 
 exec "${MPIRUN:-mpirun}" "$@"

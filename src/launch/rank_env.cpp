@@ -57,7 +57,10 @@ EnvMap malloc_defaults(const EnvMap& base) {
   if (tunables != base.end() && tunables->second.find("glibc.malloc.") != std::string::npos)
     return {};  // the user tunes malloc
   EnvMap out;
-  if (base.find("MALLOC_MMAP_MAX_") == base.end()) out["MALLOC_MMAP_MAX_"] = "0";
+  // A user's mmap threshold says which blocks they want mmap()ed: keep mmap on for it.
+  if (base.find("MALLOC_MMAP_MAX_") == base.end() &&
+      base.find("MALLOC_MMAP_THRESHOLD_") == base.end())
+    out["MALLOC_MMAP_MAX_"] = "0";
   if (base.find("MALLOC_TRIM_THRESHOLD_") == base.end())
     out["MALLOC_TRIM_THRESHOLD_"] = "17179869184";  // 16 GiB: never, in practice
   return out;

@@ -145,6 +145,8 @@ TEST(LaunchEnv, MallocKeepsLargeTensorsInTheHeapUnlessTheUserTunesIt) {
   env = rank_env(o, 0, {"j", 1, 0}, {{"MALLOC_MMAP_MAX_", "65536"}});
   EXPECT_EQ(env["MALLOC_MMAP_MAX_"], "65536");
   EXPECT_EQ(env["MALLOC_TRIM_THRESHOLD_"], "17179869184");
+  env = rank_env(o, 0, {"j", 1, 0}, {{"MALLOC_MMAP_THRESHOLD_", "1073741824"}});
+  EXPECT_EQ(env.count("MALLOC_MMAP_MAX_"), 0u);  // mmap stays on for the user's threshold
   // Malloc tunables in GLIBC_TUNABLES: leave malloc entirely to them.
   env = rank_env(o, 0, {"j", 1, 0}, {{"GLIBC_TUNABLES", "glibc.malloc.arena_max=2"}});
   EXPECT_EQ(env.count("MALLOC_MMAP_MAX_"), 0u);

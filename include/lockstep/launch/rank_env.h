@@ -31,7 +31,8 @@ EnvMap rank_env(const LaunchOptions& opt, int local_rank, const GroupContext& gr
                 const EnvMap& base);
 
 // glibc malloc settings for training processes, each only where base does not set it
-// (and none where GLIBC_TUNABLES tunes malloc): MALLOC_MMAP_MAX_=0 and a 16 GiB
+// (and none where GLIBC_TUNABLES tunes malloc): MALLOC_MMAP_MAX_=0 (not with a
+// MALLOC_MMAP_THRESHOLD_ of the user's) and a 16 GiB
 // MALLOC_TRIM_THRESHOLD_, so large tensors freed and allocated again every step reuse
 // heap pages instead of page-faulting through fresh mmap()s. The process keeps its peak
 // heap until it exits.
