@@ -37,8 +37,9 @@ class Backend {
   virtual void allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) = 0;
   // The tensors (one dtype), seen as one flat array in list order, <- op over ranks: one
   // collective, as allreduce of their concatenation (the descriptor says so too). The
-  // default flattens into a temporary, calls allreduce, and copies back (dividing in
-  // that pass for Avg); a backend that reads and writes the tensors in place (shm)
+  // default flattens into a buffer the calling thread keeps for its next call (as large
+  // as the largest list so far), calls allreduce, and copies back (dividing in that
+  // pass for Avg); a backend that reads and writes the tensors in place (shm)
   // saves the two copies. Takes Avg whatever averages() says.
   virtual void allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
                                    const OpContext& ctx);
