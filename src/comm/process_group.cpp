@@ -44,18 +44,23 @@ CommContext ProcessGroup::context_for(const OpDesc& d) const { return op_context
 
 WorkPtr ProcessGroup::enqueue(OpDesc desc, Millis timeout,
                               std::function<void(const OpContext&)> run) {
-  if (std::this_thread::get_id() == thread_.get_id())
+  if (std::this_thread::get_id() == thread_.get_id() || on_running_here_thread())
     throw InvalidArgument(detail::concat(
         op_kind_name(desc.kind), ": issued from the group's own comm thread (inside a "
         "composite body?); waiting on it there would deadlock: call the Backend directly"));
   std::unique_lock<std::mutex> lock(mu_);
   const bool collective = desc.kind != OpKind::Send && desc.kind != OpKind::Recv;
   if (collective) desc.seq = next_seq_++;
-  auto work = std::make_shared<Work>(desc, timeout, context_for(desc),
-                                     [link = link_](std::exception_ptr err) {
-                                       std::lock_guard<std::mutex> l(link->mu);
-                                       if (link->group) link->group->abort(err);
-                                     });
+  auto work = std::make_shared<Work>(
+      desc, timeout, context_for(desc),
+      [link = link_](std::exception_ptr err) {
+        std::lock_guard<std::mutex> l(link->mu);
+        if (link->group) link->group->abort(err);
+      },
+      [link = link_](Work& w) {
+        std::lock_guard<std::mutex> l(link->mu);  // the group outlives the run
+        if (link->group) link->group->run_here(w);
+      });
   if (broken_) {
     work->finish(broken_);
     return work;
@@ -72,7 +77,7 @@ void ProcessGroup::comm_loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       running_ = false;
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      cv_.wait(lock, [&] { return !running_here_ && (stopping_ || !queue_.empty()); });
       if (queue_.empty()) {
         exited_ = true;
         cv_.notify_all();
@@ -90,6 +95,32 @@ void ProcessGroup::comm_loop() {
     }
     run_task(task);
   }
+}
+
+void ProcessGroup::run_here(Work& w) {
+  Task task;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!backend_->bounded_by_deadline() || running_ || running_here_ || broken_ ||
+        queue_.empty() || queue_.front().work.get() != &w)
+      return;
+    task = std::move(queue_.front());
+    queue_.pop_front();
+    running_here_ = true;
+    here_thread_ = std::this_thread::get_id();
+  }
+  run_task(task);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_here_ = false;
+    here_thread_ = std::thread::id();
+  }
+  cv_.notify_all();  // the comm thread may take the ops queued behind it
+}
+
+bool ProcessGroup::on_running_here_thread() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return running_here_ && here_thread_ == std::this_thread::get_id();
 }
 
 void ProcessGroup::run_task(Task& task) {

@@ -9,8 +9,13 @@ constexpr Millis kReportGrace{2000};
 }  // namespace
 
 Work::Work(OpDesc desc, Millis timeout, CommContext base,
-           std::function<void(std::exception_ptr)> on_timeout)
-    : desc_(desc), timeout_(timeout), base_(std::move(base)), on_timeout_(std::move(on_timeout)) {}
+           std::function<void(std::exception_ptr)> on_timeout,
+           std::function<void(Work&)> run_here)
+    : desc_(desc),
+      timeout_(timeout),
+      base_(std::move(base)),
+      on_timeout_(std::move(on_timeout)),
+      run_here_(std::move(run_here)) {}
 
 bool Work::is_completed() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -41,6 +46,14 @@ void Work::finish(std::exception_ptr error) {
 }
 
 void Work::wait() {
+  if (run_here_) {
+    bool started;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      started = started_;
+    }
+    if (!started) run_here_(*this);  // saves two thread hand-offs when it can
+  }
   std::unique_lock<std::mutex> lock(mu_);
   // Queued ops wait for the ones ahead of them, each bounded by its own timeout;
   // once this one runs, it gets its timeout plus the report grace.

@@ -1,5 +1,6 @@
 // ProcessGroup front end over scripted in-process backends: validation on the
 // caller's thread, ordering, avg, error context, broken groups, bounded waits.
+#include <algorithm>
 #include <lockstep/comm/process_group.h>
 
 #include "comm/validate.h"
@@ -23,9 +24,11 @@ class MirrorBackend : public Backend {
   int rank() const override { return 0; }
   int size() const override { return size_; }
   bool checks_descriptors() const override { return true; }
+  bool bounded_by_deadline() const override { return bounded; }
   void allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) override {
     EXPECT_NE(op, ReduceOp::Avg);
     order.push_back(ctx.desc.seq);
+    threads.push_back(std::this_thread::get_id());
     if (op == ReduceOp::Sum) t.mul_(size_);
     if (fail_next) {
       fail_next = false;
@@ -51,6 +54,8 @@ class MirrorBackend : public Backend {
 
   int size_;
   std::vector<uint64_t> order;
+  std::vector<std::thread::id> threads;  // who ran each allreduce
+  bool bounded = false;
   bool fail_next = false;
   bool block_next = false;
   std::atomic<bool> aborted{false};
@@ -168,6 +173,29 @@ TEST(ProcessGroup, WaitIsBoundedByTheTimeout) {
     FAIL() << "expected the broken group to refuse";
   } catch (const CommError& e) {
     EXPECT_EQ(e.kind(), CommError::Kind::Timeout) << e.what();
+  }
+}
+
+// Work::wait runs a queued op on the waiting thread when the comm thread is idle, but
+// only over a backend whose calls end by their deadline (else wait could not give up).
+TEST(ProcessGroup, WaitRunsTheOpItselfOnlyOverABoundedBackend) {
+  for (bool bounded : {false, true}) {
+    auto owned = std::make_unique<MirrorBackend>(2);
+    owned->bounded = bounded;
+    MirrorBackend& b = *owned;
+    ProcessGroup pg(std::move(owned));
+    const int n = 200;
+    for (int i = 0; i < n; ++i) {
+      auto x = at::full({4}, double(i));
+      pg.allreduce(x)->wait();
+      ASSERT_TRUE(at::equal(x, at::full({4}, 2.0 * i)));
+    }
+    const auto me = std::this_thread::get_id();
+    const long here = std::count(b.threads.begin(), b.threads.end(), me);
+    ASSERT_EQ(b.order.size(), size_t(n));
+    for (int i = 0; i < n; ++i) EXPECT_EQ(b.order[i], uint64_t(i + 1));  // still in order
+    if (bounded) EXPECT_GT(here, 0) << "the waiting thread never ran an op itself";
+    else EXPECT_EQ(here, 0) << "an op ran outside the comm thread over an unbounded backend";
   }
 }
 

@@ -32,6 +32,11 @@ class Backend {
   // True if allreduce / allreduce_coalesced accept ReduceOp::Avg themselves (dividing
   // in the pass that reduces, instead of a separate pass over the result).
   virtual bool averages() const { return false; }
+  // True if every call returns by its ctx.deadline (plus a little) whatever the peers
+  // do: the group may then run an op on the thread that waits for it (Work::wait's fast
+  // path). A backend that may block past its deadline keeps every op on the comm thread,
+  // where Work::wait can still give up on it.
+  virtual bool bounded_by_deadline() const { return false; }
 
   // t <- op over ranks of t.
   virtual void allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) = 0;

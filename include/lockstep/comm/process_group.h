@@ -103,6 +103,10 @@ class ProcessGroup {
   WorkPtr enqueue(OpDesc desc, Millis timeout, std::function<void(const OpContext&)> run);
   void comm_loop();
   void run_task(Task& task);
+  // Runs `w` on the calling thread if it is next in the queue and the comm thread is
+  // idle (Work::wait's fast path: no hand-off to the comm thread and back).
+  void run_here(Work& w);
+  bool on_running_here_thread() const;
   void check_descriptor(const OpContext& ctx);
   Millis resolve(Millis t) const { return t.count() > 0 ? t : options_.timeout; }
   CommContext context_for(const OpDesc& d) const;
@@ -119,7 +123,9 @@ class ProcessGroup {
   std::deque<Task> queue_;
   bool stopping_ = false;
   bool exited_ = false;             // the comm thread has left its loop
-  bool running_ = false;            // a task is in the backend
+  bool running_ = false;            // the comm thread has a task in the backend
+  bool running_here_ = false;       // a waiting thread has one (run_here)
+  std::thread::id here_thread_;     // ... and this is that thread
   Clock::time_point running_deadline_;
   uint64_t next_seq_ = 1;           // collectives
   std::exception_ptr broken_;       // first failure; later ops fail with it

@@ -13,7 +13,8 @@
 namespace lockstep::comm {
 
 // Returned by every ProcessGroup operation. Thread-safe. The operation runs on the
-// group's communication thread; wait() blocks until it finished on this rank and
+// group's communication thread, or on the thread that waits for it if that thread
+// comes first and the comm thread has nothing else to do; wait() blocks until it finished on this rank and
 // rethrows its failure as CommError. Once the op runs, wait() is bounded: past its
 // timeout (plus a short grace for the backend to report itself) wait() throws
 // CommError(Timeout) and breaks the group, so the ops queued behind it (each bounded
@@ -22,8 +23,11 @@ class Work {
  public:
   // on_timeout: called (without locks held) when wait() gives up on the op, so the group
   // can break itself: the op may still be running and must not be followed by others.
+  // run_here: called by wait() (without locks held) while the op has not started: the
+  // group may run it on the waiting thread instead of handing it to its comm thread.
   Work(OpDesc desc, Millis timeout, CommContext base,
-       std::function<void(std::exception_ptr)> on_timeout = {});
+       std::function<void(std::exception_ptr)> on_timeout = {},
+       std::function<void(Work&)> run_here = {});
 
   bool is_completed() const;
   void wait();
@@ -41,6 +45,7 @@ class Work {
   const Millis timeout_;
   const CommContext base_;
   const std::function<void(std::exception_ptr)> on_timeout_;
+  const std::function<void(Work&)> run_here_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool started_ = false;

@@ -23,6 +23,7 @@ class MpiBackend final : public Backend {
   std::string name() const override { return "mpi"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  bool bounded_by_deadline() const override { return true; }  // nonblocking calls, polled
 
   void allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) override;
   // Tensors of at least this many bytes take the ring over point-to-point messages

@@ -55,6 +55,7 @@ class ShmBackend final : public Backend {
   int size() const override { return size_; }
   bool checks_descriptors() const override { return true; }
   bool averages() const override { return true; }
+  bool bounded_by_deadline() const override { return true; }  // every wait checks it
 
   void allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) override;
   void allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
