@@ -51,7 +51,7 @@ EnvMap rank_env(const LaunchOptions& opt, int local_rank, const GroupContext& gr
 EnvMap malloc_defaults(const EnvMap& base) {
   // glibc serves every allocation above 32 MiB with a fresh mmap() and unmaps it on
   // free, so a step that allocates the same large gradients every time page-faults
-  // through all of them every time (~45 ms of a 120 ms step in lockstep-bench ddp).
+  // through all of them every time (lockstep-bench ddp, 1 rank: 165 ms a step, 120 without).
   // Keeping them in the heap, and the heap untrimmed, reuses the pages instead.
   auto tunables = base.find("GLIBC_TUNABLES");
   if (tunables != base.end() && tunables->second.find("glibc.malloc.") != std::string::npos)
