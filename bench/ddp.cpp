@@ -21,6 +21,8 @@
 #include "bench_util.h"
 #include "ddp_bench.h"
 
+#include <lockstep/launch/rank_env.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -124,9 +126,12 @@ std::map<std::string, double> run_job(const std::string& cmd) {
 
 // Every side runs with the same environment: one compute thread, and glibc malloc as
 // lockstep-run sets it up (large tensors stay in the heap; see docs/launcher.md).
-const char* kRankEnv =
-    "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 MALLOC_MMAP_MAX_=0 "
-    "MALLOC_TRIM_THRESHOLD_=17179869184 ";
+std::string rank_env_prefix() {
+  std::string env = "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 ";
+  for (const auto& [k, v] : launch::malloc_defaults({})) env += k + "=" + v + " ";
+  return env;
+}
+const std::string kRankEnv = rank_env_prefix();
 
 std::string worker_flags(const DdpArgs& a) {
   return " ddp --worker --steps " + std::to_string(a.steps) + " --warmup " +
@@ -140,9 +145,9 @@ std::string lockstep_cmd(const DdpArgs& a, const std::string& config, int n) {
   const std::string self = "'" + self_exe() + "'";
   const std::string flags = worker_flags(a) + " --backend " + backend + (view ? " --view" : "");
   if (backend == "mpi")
-    return std::string(kRankEnv) + "'" LOCKSTEP_MPIRUN_PATH "' -np " + std::to_string(n) +
+    return kRankEnv + "'" LOCKSTEP_MPIRUN_PATH "' -np " + std::to_string(n) +
            " " + self + flags;
-  return std::string(kRankEnv) + "LOCKSTEP_BACKEND=" + backend + " '" LOCKSTEP_RUN_PATH
+  return kRankEnv + "LOCKSTEP_BACKEND=" + backend + " '" LOCKSTEP_RUN_PATH
          "' --nproc-per-node " + std::to_string(n) + " --master-port 0 " + self + flags;
 }
 
@@ -160,7 +165,7 @@ std::string peer_cmd(const DdpArgs& a, int n) {
                            std::to_string(a.batch);
   std::string cmd = "(";
   for (int r = n - 1; r >= 0; --r) {
-    cmd += std::string(kRankEnv) + "RANK=" + std::to_string(r) + " WORLD_SIZE=" +
+    cmd += kRankEnv + "RANK=" + std::to_string(r) + " WORLD_SIZE=" +
            std::to_string(n) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " '" + a.python +
            "'" + args + (r ? " >/dev/null & " : "; wait)");
   }

@@ -78,7 +78,6 @@ void Reducer::register_comm_hook(CommHook hook) {
   std::lock_guard<std::mutex> lk(mu_);
   LOCKSTEP_CHECK(!step_active_, "register_comm_hook: not allowed during a backward pass");
   hook_ = std::move(hook);
-  for (auto& b : buckets_) b.direct = false;
 }
 
 void Reducer::build_buckets(const std::vector<int64_t>& order) {
@@ -117,7 +116,6 @@ void Reducer::build_buckets(const std::vector<int64_t>& order) {
       off += numels[p];
     }
     states[b].pending = specs[b].params.size();
-    states[b].direct = builtin_hook();
   }
   // Gradients that already live in old bucket views move into the new ones.
   if (options_.gradient_as_bucket_view && !buckets_.empty()) {
@@ -200,11 +198,11 @@ bool Reducer::in_place_ok_locked(int64_t i) const {
 void Reducer::stage_grad_locked(int64_t i) {
   const int64_t bi = slots_[i].bucket;
   auto& b = buckets_[bi];
-  if (b.direct && in_place_ok_locked(i)) return;  // the collective reads it where it is
-  if (b.direct) {
+  if (direct(b) && in_place_ok_locked(i)) return;  // the collective reads it where it is
+  if (direct(b)) {
     // This gradient cannot be reduced in place: the whole bucket takes the copy path,
     // including the gradients already passed over.
-    b.direct = false;
+    b.fell_back = true;
     for (int64_t p : infos_[bi].param_indices)
       if (ready_[p]) copy_grad_to_bucket_locked(p);
   }
@@ -218,7 +216,7 @@ HookResult Reducer::builtin_allreduce_locked(int64_t bi) {
   const comm::AllreduceOptions avg{comm::ReduceOp::Avg};
   HookResult r;
   r.bytes = info.buffer.numel() * static_cast<int64_t>(info.buffer.element_size());
-  if (!buckets_[bi].direct || options_.gradient_as_bucket_view) {
+  if (!direct(buckets_[bi]) || options_.gradient_as_bucket_view) {
     at::Tensor buf = info.buffer;  // the grads were copied into it, or are its views
     r.work = group_->allreduce(buf, avg);
   } else {
@@ -346,7 +344,7 @@ void Reducer::write_back_locked(const at::Tensor& used_global) {
     at::Tensor& grad = params_[i].mutable_grad();
     if (grad.defined()) {
       // (a bucket reduced in place already left the averages in param.grad)
-      if (!buckets_[s.bucket].direct && grad.data_ptr() != view.data_ptr()) grad.copy_(view);
+      if (!direct(buckets_[s.bucket]) && grad.data_ptr() != view.data_ptr()) grad.copy_(view);
     } else if (used == nullptr || used[i] != 0) {
       // No gradient here but some rank had one: adopt the average.
       grad = options_.gradient_as_bucket_view ? view : view.clone();
@@ -367,7 +365,7 @@ void Reducer::abandon_step_locked() noexcept {
     }
     b.result = HookResult{};
     b.launched = false;
-    b.direct = builtin_hook();
+    b.fell_back = false;
     b.pending = static_cast<int64_t>(infos_[&b - buckets_.data()].param_indices.size());
   }
   std::fill(ready_.begin(), ready_.end(), 0);

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <thread>
 #include <algorithm>
 
@@ -107,41 +108,39 @@ static void test_mismatch(Backend& b) {
   auto c = mk(OpKind::Barrier, 0, at::kFloat); b.barrier(c);
 }
 
-static void test_timeout(Backend& b) {
+// Rank 0 runs `op` alone with a 2 s timeout (built by mk); it must raise Timeout on time.
+static void expect_timeout_alone(Backend& b, const char* what,
+                                 const std::function<void(double timeout_s)>& op) {
   if (b.size() == 1) return;
   if (b.rank() == 0) {
-    auto c = mk(OpKind::Barrier, 0, at::kFloat, 2.0);
     auto t0 = Clock::now();
-    try { b.barrier(c); EXPECT(false, "barrier should time out"); }
+    try { op(2.0); EXPECT(false, "%s should time out", what); }
     catch (const CommError& e) {
       double el = std::chrono::duration<double>(Clock::now() - t0).count();
       EXPECT(e.kind() == CommError::Kind::Timeout, "kind %s", CommError::kind_name(e.kind()));
       EXPECT(el >= 1.99 && el < 2.5, "elapsed %.3f", el);
-      std::printf("rank 0 timeout after %.3f s: %s\n", el, e.what());
+      std::printf("rank 0 %s timeout after %.3f s: %s\n", what, el, e.what());
     }
   } else {
     std::this_thread::sleep_for(std::chrono::seconds(3));
   }
 }
 
+static void test_timeout(Backend& b) {
+  expect_timeout_alone(b, "barrier", [&](double s) {
+    auto c = mk(OpKind::Barrier, 0, at::kFloat, s);
+    b.barrier(c);
+  });
+}
+
 // A large allreduce (the ring over point-to-point messages) times out like the rest.
 static void test_ring_timeout(Backend& b) {
-  if (b.size() == 1) return;
-  if (b.rank() == 0) {
+  expect_timeout_alone(b, "ring allreduce", [&](double s) {
     const int64_t n = 4 << 20;
     auto t = torch::ones({n});
-    auto c = mk(OpKind::Allreduce, n, at::kFloat, 2.0);
-    auto t0 = Clock::now();
-    try { b.allreduce(t, ReduceOp::Sum, c); EXPECT(false, "allreduce should time out"); }
-    catch (const CommError& e) {
-      double el = std::chrono::duration<double>(Clock::now() - t0).count();
-      EXPECT(e.kind() == CommError::Kind::Timeout, "kind %s", CommError::kind_name(e.kind()));
-      EXPECT(el >= 1.99 && el < 2.5, "elapsed %.3f", el);
-      std::printf("rank 0 ring timeout after %.3f s: %s\n", el, e.what());
-    }
-  } else {
-    std::this_thread::sleep_for(std::chrono::seconds(3));
-  }
+    auto c = mk(OpKind::Allreduce, n, at::kFloat, s);
+    b.allreduce(t, ReduceOp::Sum, c);
+  });
 }
 
 static void test_abort(Backend& b) {

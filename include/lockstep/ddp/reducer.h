@@ -98,7 +98,7 @@ class Reducer {
     std::vector<at::Tensor> views;  // one per parameter, shaped like it, into the buffer
     int64_t pending = 0;            // parameters not yet ready in this pass
     bool launched = false;
-    bool direct = true;             // this pass: reduced in place (see top), not copied
+    bool fell_back = false;         // this pass: a grad could not be reduced in place
     HookResult result;
   };
 
@@ -125,6 +125,8 @@ class Reducer {
   const at::Tensor scale_t_;  // scale_ as a 0-dim tensor, for the fused copy-and-scale
   CommHook hook_;  // empty: the built-in allreduce (buckets may reduce in place)
   bool builtin_hook() const { return !hook_; }
+  // This pass reduces the bucket's grads in place (see top) rather than copying them.
+  bool direct(const BucketState& b) const { return builtin_hook() && !b.fell_back; }
   std::vector<compat::PostHookHandle> hook_handles_;
 
   // Layout (rebuilt at most once).

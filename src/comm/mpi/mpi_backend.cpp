@@ -233,8 +233,8 @@ void MpiBackend::reject_large(int64_t n, const Where& w) const {
 
 void MpiBackend::allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) {
   const Where w = where(ctx, -1);
-  const MPI_Datatype dt = mpi::datatype_for(t.scalar_type());
-  const MPI_Op mop = mpi::op_for(t.scalar_type(), op);
+  const MPI_Datatype dt = mpi::datatype_for(t.scalar_type());  // both validate, whichever
+  const MPI_Op mop = mpi::op_for(t.scalar_type(), op);         // path the tensor takes
   if (size_ > 1 && t.numel() * static_cast<int64_t>(t.element_size()) >= kRingMinBytes) {
     allreduce_ring(t, op, w);
     return;
