@@ -16,7 +16,11 @@
 #include <lockstep/error.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 #include <type_traits>
 
 namespace lockstep::comm {
@@ -198,6 +202,32 @@ void reduce_many(void* dst, const void* const* srcs, int k, int64_t n, at::Scala
       throw InvalidArgument(detail::concat("reduce: unsupported op ", static_cast<int>(op),
                                            " (Avg is handled by the process group)"));
   }
+}
+
+void copy_streaming(void* dst, const void* src, int64_t bytes) {
+  if (bytes <= 0) return;
+#if defined(__x86_64__)
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  // Plain copy up to the first 16-byte boundary of dst, streaming stores after it.
+  const int64_t head = std::min<int64_t>(bytes, (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16);
+  std::memcpy(d, s, head);
+  int64_t i = head;
+  for (; i + 64 <= bytes; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+  }
+  std::memcpy(d + i, s + i, bytes - i);
+  _mm_sfence();
+#else
+  std::memcpy(dst, src, bytes);
+#endif
 }
 
 void reduce_inplace(void* dst, const void* src, int64_t n, at::ScalarType t, ReduceOp op) {

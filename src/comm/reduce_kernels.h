@@ -17,6 +17,11 @@ void reduce_inplace(void* dst, const void* src, int64_t n, at::ScalarType t, Red
 void reduce_many(void* dst, const void* const* srcs, int k, int64_t n, at::ScalarType t,
                  ReduceOp op);
 
+// memcpy whose stores bypass the cache (non-temporal) where the CPU has them (x86-64),
+// plain memcpy elsewhere: for data another core will read from memory, not from this
+// core's cache. The stores are fenced before it returns.
+void copy_streaming(void* dst, const void* src, int64_t bytes);
+
 // d[i] /= divisor for i < n (floating-point dtypes: the Avg of a Sum; as Tensor::div_).
 void divide_inplace(void* d, int64_t n, at::ScalarType t, int64_t divisor);
 

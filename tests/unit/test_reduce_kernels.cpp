@@ -1,3 +1,4 @@
+// copy_streaming: every alignment and length, nothing written outside the range.
 // reduce_many / reduce_inplace against a libtorch reference: every dtype x op,
 // k = 1..6 sources (fused 2/3/4-way kernels and the blocked fold), odd lengths,
 // and dst aliasing srcs[0]. Results must match bit for bit: the reference folds
@@ -106,6 +107,24 @@ TEST(ReduceKernelsArgs, RejectsAvg) {
   float a = 1, b = 2;
   const void* srcs[2] = {&a, &b};
   EXPECT_THROW(reduce_many(&a, srcs, 2, 1, at::kFloat, ReduceOp::Avg), lockstep::Error);
+}
+
+TEST(CopyStreaming, EveryAlignmentAndLength) {
+  // Misaligned heads, the 64-byte body and short tails: every byte lands, nothing past.
+  std::vector<unsigned char> src(700), dst(720);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 37 + 11);
+  for (int d_off : {0, 1, 7, 15, 16, 33}) {
+    for (int s_off : {0, 3}) {
+      for (int64_t n : {0, 1, 15, 16, 63, 64, 65, 129, 600}) {
+        std::fill(dst.begin(), dst.end(), 0xEE);
+        copy_streaming(dst.data() + d_off, src.data() + s_off, n);
+        for (int i = 0; i < d_off; ++i) ASSERT_EQ(dst[i], 0xEE);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(dst[d_off + i], src[s_off + i]) << "d_off " << d_off << " n " << n << " i " << i;
+        ASSERT_EQ(dst[d_off + n], 0xEE) << "wrote past the end, n " << n;
+      }
+    }
+  }
 }
 
 }  // namespace

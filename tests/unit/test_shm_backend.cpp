@@ -7,6 +7,7 @@
 // The parent process never touches libtorch's thread pools before forking, and
 // every child arms alarm() so a hang fails the test instead of stalling it.
 #include "comm/backends.h"
+#include "comm/shm/shm_backend.h"
 
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
@@ -85,8 +86,10 @@ int child_main(int rank, int P, const std::string& store_path, const std::string
 }
 
 // Forks P ranks running `body`; returns each child's raw wait status.
+// `setup(rank)` runs in each child first (e.g. a per-rank environment).
 std::vector<int> run_ranks(int P, const Body& body, const char* test,
-                           const std::vector<std::pair<std::string, std::string>>& env = {}) {
+                           const std::vector<std::pair<std::string, std::string>>& env = {},
+                           const std::function<void(int)>& setup = nullptr) {
   char path[] = "/tmp/lockstep-shm-store-XXXXXX";
   const int fd = ::mkstemp(path);
   ::close(fd);
@@ -97,6 +100,7 @@ std::vector<int> run_ranks(int P, const Body& body, const char* test,
     const pid_t pid = ::fork();
     if (pid == 0) {
       for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+      if (setup) setup(r);
       ::_exit(child_main(r, P, path, prefix, body));
     }
     kids.push_back(pid);
@@ -232,6 +236,40 @@ TEST_P(ShmBackendP, SmallBuffersManyChunks) {
         send_recv(g);
       },
       "chunks", env));
+}
+
+TEST_P(ShmBackendP, StreamingPathFollowsRankZero) {
+  // Rank 0 asks for the streaming path, every other rank for the cached one: all must
+  // take rank 0's (it rides in the descriptor) and get the same exact results, over
+  // many chunks (8 KiB staging) with parts that do not divide evenly, Avg included.
+  const int P = GetParam();
+  expect_all_ok(run_ranks(
+      P,
+      [](Rank& g) {
+        const int P = g.size;
+        const int64_t tri = P * (P + 1) / 2;
+        auto& be = static_cast<shm::ShmBackend&>(*g.be);
+        for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+          for (int64_t n : {int64_t{5}, int64_t{40000}, int64_t{(1 << 18) + 3}}) {
+            for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg}) {
+              if (op == ReduceOp::Avg && dt != at::kFloat) continue;
+              const std::string where =
+                  detail::concat(reduce_op_name(op), " ", dtype_name(dt), " n=", n, " P=", P);
+              at::Tensor t = (pattern(n) * (g.rank + 1)).to(dt);
+              g.be->allreduce(t, op, g.ctx(OpKind::Allreduce));
+              const at::Tensor want = op == ReduceOp::Sum   ? pattern(n) * tri
+                                      : op == ReduceOp::Max ? pattern(n) * P
+                                                            : pattern(n).to(at::kFloat) * tri / P;
+              check_equal(t, want, "streaming allreduce " + where);
+              const bool staged = P > 1 && n * t.element_size() > (64 << 10);
+              CHILD_CHECK(!staged || be.leader_variant() == int32_t(shm::ShmPath::Streaming),
+                          "took the cached path: ", where);
+            }
+          }
+        }
+      },
+      "streaming", {{"LOCKSTEP_SHM_BUFFER_BYTES", "8192"}},
+      [](int r) { ::setenv("LOCKSTEP_SHM_PATH", r == 0 ? "streaming" : "cached", 1); }));
 }
 
 TEST_P(ShmBackendP, SendRecv) { expect_all_ok(run_ranks(GetParam(), send_recv, "p2p")); }

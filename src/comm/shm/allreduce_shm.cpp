@@ -20,6 +20,12 @@
 // array: copies and reductions are cut at tensor boundaries, and nothing is flattened.
 // Avg divides each reduced block while it is still in L1 (no extra pass).
 //
+// Two paths for the staging writes of steps 1 and 3 (path_choice.h): Cached, plain
+// stores, so peers read the chunk from the cache the cores share; Streaming,
+// non-temporal stores, so peers read it from memory, for cores that share no cache.
+// Rank 0 picks one per op by timing both; the choice rides in the descriptor. Both
+// paths reduce in the same order, so they give the same bits.
+//
 // Small tensors (<= small_bytes) take a one-handshake path: each rank's copy rides
 // along with the descriptor round in its small slot, then every rank reduces all P
 // copies (same order, so same bits).
@@ -61,8 +67,11 @@ class Flat {
       rel += len;
     }
   }
-  void gather(char* dst, int64_t b, int64_t n) const {
-    each(b, n, [&](char* p, int64_t rel, int64_t len) { std::memcpy(dst + rel, p, len); });
+  void gather(char* dst, int64_t b, int64_t n, bool streaming = false) const {
+    each(b, n, [&](char* p, int64_t rel, int64_t len) {
+      if (streaming) copy_streaming(dst + rel, p, len);
+      else std::memcpy(dst + rel, p, len);
+    });
   }
   void scatter(const char* src, int64_t b, int64_t n) const {
     each(b, n, [&](char* p, int64_t rel, int64_t len) { std::memcpy(p, src + rel, len); });
@@ -90,16 +99,21 @@ Parts split(int64_t m, int P, int64_t elem) {
 // Reduces n elements of srcs into `shared` (for the peers) and `own` (our tensor);
 // `divisor` > 0 divides the result (Avg). Done in L1-sized blocks so the division and
 // the second copy work in cache: one pass over memory instead of two or three.
+// Streaming reduces into an L1 scratch block and streams it out to `shared`.
 void reduce_part(char* shared, char* own, std::vector<const void*>& srcs, int64_t n, int64_t es,
-                 at::ScalarType dt, ReduceOp op, int64_t divisor) {
-  const int64_t block = (16 << 10) / es;
+                 at::ScalarType dt, ReduceOp op, int64_t divisor, bool streaming) {
+  constexpr int64_t kBlockBytes = 16 << 10;
+  alignas(64) static thread_local char scratch[kBlockBytes];
+  const int64_t block = kBlockBytes / es;
   std::vector<const void*> s(srcs.size());
   for (int64_t off = 0; off < n; off += block) {
     const int64_t m = std::min(block, n - off);
     for (size_t r = 0; r < srcs.size(); ++r) s[r] = static_cast<const char*>(srcs[r]) + off * es;
-    reduce_many(shared + off * es, s.data(), static_cast<int>(s.size()), m, dt, op);
-    if (divisor > 0) divide_inplace(shared + off * es, m, dt, divisor);
-    std::memcpy(own + off * es, shared + off * es, m * es);
+    char* out = streaming ? scratch : shared + off * es;
+    reduce_many(out, s.data(), static_cast<int>(s.size()), m, dt, op);
+    if (divisor > 0) divide_inplace(out, m, dt, divisor);
+    if (streaming) copy_streaming(shared + off * es, out, m * es);
+    std::memcpy(own + off * es, out, m * es);
   }
 }
 
@@ -138,8 +152,12 @@ void ShmBackend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
     if (!gathered.empty()) flat.scatter(data, 0, n * es);
     return;
   }
-  Waiter w = begin(OpKind::Allreduce, n, dt, op, -1, ctx);
+  const uint64_t bytes = static_cast<uint64_t>(n * es);
+  const ShmPath want = me == 0 && P > 1 ? paths().choose(bytes) : ShmPath::Cached;
+  Waiter w = begin(OpKind::Allreduce, n, dt, op, -1, ctx, nullptr, 0, static_cast<int32_t>(want));
   if (P == 1 || n == 0) return;
+  const bool streaming = leader_variant() == static_cast<int32_t>(ShmPath::Streaming);
+  const auto t0 = Clock::now();
 
   const int64_t chunk = static_cast<int64_t>(buffer_bytes()) / es;
   const uint64_t base = step();
@@ -151,15 +169,15 @@ void ShmBackend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
     const int64_t at = off * es;  // the chunk's first byte in the flat array
     const int64_t b0 = parts.begin(me) * es, b1 = b0 + parts.len(me) * es;
     // 1. copy in everything but our own part
-    flat.gather(mine, at, b0);
-    flat.gather(mine + b1, at + b1, parts.m * es - b1);
+    flat.gather(mine, at, b0, streaming);
+    flat.gather(mine + b1, at + b1, parts.m * es - b1, streaming);
     post();
     wait_all(w, base + 2 * c + 1);
     // 3. reduce our part, in rank order, reading our own input in place
     flat.each(at + b0, b1 - b0, [&](char* p, int64_t rel, int64_t len) {
       for (int r = 0; r < P; ++r)
         srcs[r] = r == me ? static_cast<const void*>(p) : segment().staging(r, buf) + b0 + rel;
-      reduce_part(mine + b0 + rel, p, srcs, len / es, es, dt, rop, divisor);
+      reduce_part(mine + b0 + rel, p, srcs, len / es, es, dt, rop, divisor, streaming);
     });
     post();
     // 4. copy out the others' parts as they become ready (nearest peer first)
@@ -170,6 +188,8 @@ void ShmBackend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
       flat.scatter(segment().staging(q, buf) + q0, at + q0, parts.len(q) * es);
     }
   }
+  if (me == 0)
+    paths().record(want, bytes, std::chrono::duration<double>(Clock::now() - t0).count());
 }
 
 }  // namespace lockstep::comm::shm

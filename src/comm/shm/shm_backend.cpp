@@ -83,6 +83,7 @@ ShmOptions ShmOptions::from_environment() {
   ShmOptions o;
   o.buffer_bytes = parse_bytes("LOCKSTEP_SHM_BUFFER_BYTES", o.buffer_bytes);
   o.channel_bytes = parse_bytes("LOCKSTEP_SHM_CHANNEL_BYTES", o.channel_bytes);
+  o.path = path_mode_from_environment();
   return o;
 }
 
@@ -92,7 +93,8 @@ ShmBackend::ShmBackend(const StorePtr& store, const std::string& prefix, const L
       size_(env.world_size),
       options_(options),
       policy_(WaitPolicy::for_group(env.world_size)),
-      pids_(env.world_size, 0) {
+      pids_(env.world_size, 0),
+      paths_(options.path) {
   rendezvous(store, prefix, timeout);
 }
 
@@ -172,7 +174,8 @@ Waiter ShmBackend::make_waiter(const OpContext& ctx, const OpDesc& d) {
 }
 
 Waiter ShmBackend::begin(OpKind kind, int64_t numel, at::ScalarType dtype, ReduceOp op, int root,
-                         const OpContext& ctx, const void* payload, size_t payload_bytes) {
+                         const OpContext& ctx, const void* payload, size_t payload_bytes,
+                         int32_t variant) {
   OpDesc d = ctx.desc;
   d.kind = kind;
   d.numel = numel;
@@ -187,7 +190,9 @@ Waiter ShmBackend::begin(OpKind kind, int64_t numel, at::ScalarType dtype, Reduc
   const uint64_t slot = collectives_++ % 2;
   if (payload_bytes > 0)
     std::memcpy(seg_.small(rank_, static_cast<int>(slot)), payload, payload_bytes);
-  seg_.info(rank_).desc[slot] = to_wire(d);
+  WireDesc wire = to_wire(d);
+  wire.variant = variant;
+  seg_.info(rank_).desc[slot] = wire;
   post();
   wait_all(w, step_);
   check_descriptors(w, slot);

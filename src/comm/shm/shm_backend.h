@@ -20,6 +20,7 @@
 #pragma once
 
 #include "comm/backends.h"
+#include "comm/shm/path_choice.h"
 #include "comm/shm/shm_segment.h"
 #include "comm/shm/shm_sync.h"
 
@@ -41,6 +42,8 @@ struct ShmOptions {
   // Allreduces up to this many bytes take the one-handshake path: the data rides
   // along with the descriptor round and every rank reduces all P copies.
   uint64_t small_bytes = 64 << 10;
+  // How large allreduces move their data (path_choice.h); LOCKSTEP_SHM_PATH.
+  PathMode path = PathMode::Auto;
   static ShmOptions from_environment();
 };
 
@@ -74,8 +77,13 @@ class ShmBackend final : public Backend {
   // Starts a collective: builds the Waiter, posts and checks the descriptor. With a
   // payload (at most options().small_bytes), copies it into this rank's small slot
   // first, so the descriptor round also delivers it: read it with small_slot().
+  // `variant` rides in the descriptor; rank 0's is the one every rank follows
+  // (leader_variant()), so rank 0 alone may choose an algorithm variant.
   Waiter begin(OpKind kind, int64_t numel, at::ScalarType dtype, ReduceOp op, int root,
-               const OpContext& ctx, const void* payload = nullptr, size_t payload_bytes = 0);
+               const OpContext& ctx, const void* payload = nullptr, size_t payload_bytes = 0,
+               int32_t variant = 0);
+  // Rank 0's `variant` for the collective begun last.
+  int32_t leader_variant() const { return seg_.info(0).desc[(collectives_ - 1) % 2].variant; }
   // The small slot of `rank` for the collective begun last.
   const char* small_slot(int rank) const { return seg_.small(rank, (collectives_ - 1) % 2); }
   // Bumps this rank's progress counter (publishing every write before it).
@@ -90,6 +98,7 @@ class ShmBackend final : public Backend {
   const Segment& segment() const { return seg_; }
   uint64_t buffer_bytes() const { return seg_.config().buffer_bytes; }
   const ShmOptions& options() const { return options_; }
+  PathChooser& paths() { return paths_; }
   // For ops that exchange one region per destination (alltoall, reduce_scatter): elements
   // per region of the staging buffer, a multiple of 128 bytes where the buffer allows.
   int64_t region_elems(int64_t elem_size) const;
@@ -111,6 +120,7 @@ class ShmBackend final : public Backend {
   std::vector<pid_t> pids_;
   uint64_t step_ = 0;         // mirror of our progress counter (same on every rank between ops)
   uint64_t collectives_ = 0;  // collectives begun; selects the descriptor slot
+  PathChooser paths_;         // rank 0's choice of the allreduce path
   std::atomic<bool> aborted_{false};
 };
 

@@ -33,7 +33,7 @@ struct WireDesc {
   int32_t op = 0;
   int32_t root = -1;
   int32_t tag = 0;
-  int32_t pad = 0;
+  int32_t variant = 0;  // collectives: the algorithm variant rank 0 chose (all follow it)
   uint64_t seq = 0;
   int64_t numel = 0;
   uint64_t bytes = 0;  // send/recv: payload bytes that follow the header in the channel
