@@ -65,7 +65,9 @@ TEST_P(SamplerSizes, DisjointAndCovering) {
       size_t extra = 0;
       for (auto& [i, c] : seen) extra += c - 1;
       EXPECT_EQ(extra, expect * world - n);
-      if (n % world == 0) for (auto& [i, c] : seen) EXPECT_EQ(c, 1);
+      if (n % world == 0) {
+        for (auto& [i, c] : seen) EXPECT_EQ(c, 1);
+      }
     }
   }
 }

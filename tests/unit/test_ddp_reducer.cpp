@@ -55,7 +55,9 @@ void expect_close(const std::map<std::string, torch::Tensor>& a,
   for (auto& [k, v] : a) {
     const auto& w = b.at(k);
     ASSERT_EQ(v.defined(), w.defined()) << k;
-    if (v.defined()) EXPECT_TRUE(torch::allclose(v, w, 1e-6, 1e-7)) << k;
+    if (v.defined()) {
+      EXPECT_TRUE(torch::allclose(v, w, 1e-6, 1e-7)) << k;
+    }
   }
 }
 
