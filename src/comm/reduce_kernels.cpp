@@ -1,4 +1,4 @@
-// Elementwise reductions over raw buffers (see reduce_kernels.h).
+// Elementwise reductions over raw buffers, and a streaming copy (see reduce_kernels.h).
 //
 // These loops are memory bound: the shm allreduce streams every byte of a tensor
 // through them once, so the goal is one pass over memory per call. reduce_many
@@ -6,6 +6,8 @@
 // walks longer source lists block by block, so each destination block stays in
 // L1 while later sources are folded in. The loops are plain restrict-pointer
 // loops that GCC/Clang vectorize at -O3; no intrinsics, so the code is portable.
+// The one exception is copy_streaming's non-temporal stores (SSE2, every x86-64;
+// plain memcpy elsewhere).
 //
 // Combination order is always srcs[0], srcs[1], ... so every rank that reduces
 // the same element from the same inputs produces the same bits.

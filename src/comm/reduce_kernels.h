@@ -1,4 +1,5 @@
-// Internal: elementwise reductions over raw buffers, for every supported dtype.
+// Internal: elementwise reductions over raw buffers, for every supported dtype, and
+// the shm allreduce's streaming copy.
 // Used by the shm backend and by the MPI backend's user-defined ops (16-bit floats).
 #pragma once
 
