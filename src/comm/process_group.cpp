@@ -44,11 +44,12 @@ CommContext ProcessGroup::context_for(const OpDesc& d) const { return op_context
 
 WorkPtr ProcessGroup::enqueue(OpDesc desc, Millis timeout,
                               std::function<void(const OpContext&)> run) {
-  if (std::this_thread::get_id() == thread_.get_id() || on_running_here_thread())
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto me = std::this_thread::get_id();
+  if (me == thread_.get_id() || (running_here_ && me == here_thread_))
     throw InvalidArgument(detail::concat(
         op_kind_name(desc.kind), ": issued from the group's own comm thread (inside a "
         "composite body?); waiting on it there would deadlock: call the Backend directly"));
-  std::unique_lock<std::mutex> lock(mu_);
   const bool collective = desc.kind != OpKind::Send && desc.kind != OpKind::Recv;
   if (collective) desc.seq = next_seq_++;
   auto work = std::make_shared<Work>(
@@ -116,11 +117,6 @@ void ProcessGroup::run_here(Work& w) {
     here_thread_ = std::thread::id();
   }
   cv_.notify_all();  // the comm thread may take the ops queued behind it
-}
-
-bool ProcessGroup::on_running_here_thread() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return running_here_ && here_thread_ == std::this_thread::get_id();
 }
 
 void ProcessGroup::run_task(Task& task) {

@@ -106,7 +106,6 @@ class ProcessGroup {
   // Runs `w` on the calling thread if it is next in the queue and the comm thread is
   // idle (Work::wait's fast path: no hand-off to the comm thread and back).
   void run_here(Work& w);
-  bool on_running_here_thread() const;
   void check_descriptor(const OpContext& ctx);
   Millis resolve(Millis t) const { return t.count() > 0 ? t : options_.timeout; }
   CommContext context_for(const OpDesc& d) const;

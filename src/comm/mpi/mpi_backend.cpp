@@ -346,7 +346,6 @@ void MpiBackend::barrier(const OpContext& ctx) {
   run(w, "MPI_Ibarrier", [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); }, {});
 }
 
-
 std::unique_ptr<Backend> make_mpi_backend(const LaunchEnv& env, Millis timeout) {
   return std::make_unique<MpiBackend>(env, timeout);
 }
