@@ -317,6 +317,18 @@ WorkPtr ProcessGroup::barrier(const BarrierOptions& o) {
   return enqueue(d, resolve(o.timeout), [this](const OpContext& ctx) { backend_->barrier(ctx); });
 }
 
+at::Tensor ProcessGroup::alloc_shared(int64_t numel, at::ScalarType dtype) {
+  LOCKSTEP_CHECK(numel >= 0, "alloc_shared: negative element count ", numel);
+  LOCKSTEP_CHECK(is_supported_dtype(dtype), "alloc_shared: unsupported dtype ", dtype_name(dtype));
+  if (size_ == 1 || !backend_->shares_memory()) return {};
+  OpDesc d{OpKind::AllocShared, 0, numel, dtype, ReduceOp::Sum, -1, 0};
+  auto out = std::make_shared<at::Tensor>();
+  enqueue(d, options_.timeout, [this, out, numel, dtype](const OpContext& ctx) {
+    *out = backend_->alloc_shared(numel, dtype, ctx);
+  })->wait();
+  return *out;
+}
+
 WorkPtr ProcessGroup::run_composite(int64_t numel, at::ScalarType dtype,
                                     std::function<void(Backend&, const OpContext&)> body,
                                     Millis timeout, int64_t fingerprint) {

@@ -23,6 +23,7 @@ const char* op_kind_name(OpKind k) {
     case OpKind::Recv: return "recv";
     case OpKind::Barrier: return "barrier";
     case OpKind::Composite: return "composite";
+    case OpKind::AllocShared: return "alloc_shared";
   }
   return "?";
 }

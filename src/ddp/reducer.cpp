@@ -100,9 +100,14 @@ void Reducer::build_buckets(const std::vector<int64_t>& order) {
     info.world_size = world_size_;
     int64_t total = 0;
     for (int64_t p : specs[b].params) total += numels[p];
-    // Untouched until a bucket falls back to the copy path (never, usually): its pages
-    // cost no memory until then.
-    info.buffer = at::empty({total}, at::TensorOptions().dtype(specs[b].dtype));
+    // Shared: the allreduce works on the peers' buffers directly, so grads live there.
+    // Else untouched until a bucket falls back to the copy path (never, usually): its
+    // pages cost no memory until then.
+    if (options_.shared_buckets && world_size_ > 1)
+      info.buffer = group_->alloc_shared(total, specs[b].dtype);
+    states[b].as_views = options_.gradient_as_bucket_view || info.buffer.defined();
+    if (!info.buffer.defined())
+      info.buffer = at::empty({total}, at::TensorOptions().dtype(specs[b].dtype));
     int64_t off = 0;
     for (size_t k = 0; k < specs[b].params.size(); ++k) {
       const int64_t p = specs[b].params[k];
@@ -117,12 +122,12 @@ void Reducer::build_buckets(const std::vector<int64_t>& order) {
     }
     states[b].pending = specs[b].params.size();
   }
-  // Gradients that already live in old bucket views move into the new ones.
-  if (options_.gradient_as_bucket_view && !buckets_.empty()) {
+  // Gradients move into the new bucket views where grads are views.
+  if (!buckets_.empty()) {
     at::NoGradGuard no_grad;
     for (size_t p = 0; p < params_.size(); ++p) {
       auto& g = params_[p].mutable_grad();
-      if (!g.defined()) continue;
+      if (!g.defined() || !states[slots[p].bucket].as_views) continue;
       auto& v = states[slots[p].bucket].views[slots[p].index];
       v.copy_(g);
       g = v;
@@ -190,7 +195,7 @@ bool Reducer::in_place_ok_locked(int64_t i) const {
   const at::Tensor& grad = params_[i].grad();
   const at::Tensor& view = buckets_[s.bucket].views[s.index];
   if (!grad.defined() || grad.is_sparse()) return false;
-  if (options_.gradient_as_bucket_view) return grad.data_ptr() == view.data_ptr();
+  if (buckets_[s.bucket].as_views) return grad.data_ptr() == view.data_ptr();
   return grad.device().is_cpu() && grad.is_contiguous() &&
          grad.scalar_type() == view.scalar_type() && grad.numel() == view.numel();
 }
@@ -216,7 +221,7 @@ HookResult Reducer::builtin_allreduce_locked(int64_t bi) {
   const comm::AllreduceOptions avg{comm::ReduceOp::Avg};
   HookResult r;
   r.bytes = info.buffer.numel() * static_cast<int64_t>(info.buffer.element_size());
-  if (!direct(buckets_[bi]) || options_.gradient_as_bucket_view) {
+  if (!direct(buckets_[bi]) || buckets_[bi].as_views) {
     at::Tensor buf = info.buffer;  // the grads were copied into it, or are its views
     r.work = group_->allreduce(buf, avg);
   } else {
@@ -253,7 +258,7 @@ void Reducer::copy_grad_to_bucket_locked(int64_t i) {
   } else {
     view.copy_(grad);
   }
-  if (options_.gradient_as_bucket_view) grad = view;
+  if (buckets_[s.bucket].as_views) grad = view;
 }
 
 void Reducer::mark_ready_locked(int64_t i) {
@@ -347,7 +352,7 @@ void Reducer::write_back_locked(const at::Tensor& used_global) {
       if (!direct(buckets_[s.bucket]) && grad.data_ptr() != view.data_ptr()) grad.copy_(view);
     } else if (used == nullptr || used[i] != 0) {
       // No gradient here but some rank had one: adopt the average.
-      grad = options_.gradient_as_bucket_view ? view : view.clone();
+      grad = buckets_[s.bucket].as_views ? view : view.clone();
     }
     // else: unused on every rank -> stays undefined everywhere.
   }

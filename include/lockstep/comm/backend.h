@@ -62,6 +62,17 @@ class Backend {
   virtual void recv(at::Tensor& t, int src, int tag, const OpContext& ctx) = 0;
   virtual void barrier(const OpContext& ctx) = 0;
 
+  // True if the ranks can map each other's memory (one node: shm).
+  virtual bool shares_memory() const { return false; }
+  // Collective, only where shares_memory(): `numel` elements of `dtype` in memory every
+  // rank maps; collectives over tensors that lie at the same place of such memory on
+  // every rank may skip their staging copies. Undefined if the memory could not be had
+  // (on every rank alike).
+  virtual at::Tensor alloc_shared(int64_t numel, at::ScalarType dtype, const OpContext& ctx) {
+    (void)numel, (void)dtype, (void)ctx;
+    return {};
+  }
+
   // Called once from another thread when the group is being torn down after an
   // error or timeout: wake anything blocked so the comm thread can exit. Must be
   // async-signal-agnostic and never throw.

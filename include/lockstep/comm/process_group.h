@@ -71,6 +71,14 @@ class ProcessGroup {
   WorkPtr recv(at::Tensor& t, int src, const RecvOptions& o = {});
   WorkPtr barrier(const BarrierOptions& o = {});
 
+  // Collective (blocks until done): `numel` elements of `dtype` in memory that every rank
+  // of the group maps (shm). A collective over tensors that lie at the same place of such
+  // memory on every rank reads and writes the peers' data where it lies, without
+  // staging copies (DDP puts its buckets there). Undefined on a single rank, on backends
+  // whose ranks share no memory (gloo, mpi), or when /dev/shm cannot hold it (a warning
+  // says why), on every rank alike: callers fall back to ordinary memory.
+  at::Tensor alloc_shared(int64_t numel, at::ScalarType dtype);
+
   // A collective composed of several backend calls (e.g. the compressed allreduce:
   // alltoall, local work, allgather). `body` runs on the comm thread as ONE operation:
   // one sequence number, one descriptor check of (numel, dtype), and its steps stay in

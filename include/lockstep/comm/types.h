@@ -47,7 +47,8 @@ struct BarrierOptions {
 };
 
 enum class OpKind : int {
-  Allreduce = 1, Broadcast, Allgather, ReduceScatter, Alltoall, Send, Recv, Barrier, Composite
+  Allreduce = 1, Broadcast, Allgather, ReduceScatter, Alltoall, Send, Recv, Barrier, Composite,
+  AllocShared
 };
 const char* op_kind_name(OpKind k);
 

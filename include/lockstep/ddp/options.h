@@ -17,6 +17,14 @@ struct DDPOptions {
   // bucket; resetting grad to undefined, e.g. zero_grad(set_to_none) in 2.x, is
   // fine: the next synchronized backward re-attaches the view).
   bool gradient_as_bucket_view = false;
+  // On a backend whose ranks share memory (shm), put the buckets in memory every rank
+  // maps (ProcessGroup::alloc_shared) and make param.grad() views into them, as
+  // gradient_as_bucket_view does: the allreduce then reads and writes the peers'
+  // gradients where they lie instead of copying through staging buffers (half the
+  // memory traffic). Costs the buckets' size in /dev/shm per rank, in place of the
+  // grads' own memory; where /dev/shm is too small it warns and uses ordinary memory.
+  // Other backends ignore it.
+  bool shared_buckets = true;
   // Allow parameters that get no gradient in a backward (on some or all ranks).
   // Costs one small extra allreduce (the "used" map) per synchronized step.
   // Without it, such a backward raises an error naming the parameters.

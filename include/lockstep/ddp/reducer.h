@@ -21,7 +21,10 @@
 //                     back to param.grad (unless grads are bucket views).
 //
 // The in-place path saves two passes over every gradient (the copy in and the copy
-// back); on the shm backend the division rides along with the reduction too.
+// back); on the shm backend the division rides along with the reduction too. With
+// shared buckets (shm, DDPOptions::shared_buckets) the buffers live in memory every
+// rank maps and grads are views into them (as gradient_as_bucket_view), so the
+// allreduce reads and writes the peers' gradients where they lie: no staging copy.
 //
 // Ranks must run the same number of synchronized backward passes; the bucket
 // layout (and so the sequence of collectives) is identical on every rank because
@@ -99,6 +102,7 @@ class Reducer {
     int64_t pending = 0;            // parameters not yet ready in this pass
     bool launched = false;
     bool fell_back = false;         // this pass: a grad could not be reduced in place
+    bool as_views = false;          // grads become views into the buffer (see options.h)
     HookResult result;
   };
 

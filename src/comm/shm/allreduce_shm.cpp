@@ -26,6 +26,12 @@
 // Rank 0 picks one per op by timing both; the choice rides in the descriptor. Both
 // paths reduce in the same order, so they give the same bits.
 //
+// Zero copy: when every rank's tensor lies at the same place of one shared allocation
+// (ProcessGroup::alloc_shared; DDP's buckets), rank r reduces part r straight from all
+// ranks' tensors and writes the result into all of them, then posts; an op ends when
+// every rank has posted. Per rank and element: one read and one write, against two and
+// two through the staging buffers, and no chunking: one handshake before, one after.
+//
 // Small tensors (<= small_bytes) take a one-handshake path: each rank's copy rides
 // along with the descriptor round in its small slot, then every rank reduces all P
 // copies (same order, so same bits).
@@ -117,6 +123,24 @@ void reduce_part(char* shared, char* own, std::vector<const void*>& srcs, int64_
   }
 }
 
+// The zero-copy reduction of part `me` (see the top of the file), in L1-sized blocks.
+void reduce_into_all(const SharedPlace& at, const Parts& parts, int me, int P, int64_t es,
+                     at::ScalarType dt, ReduceOp op, int64_t divisor) {
+  constexpr int64_t kBlockBytes = 16 << 10;
+  alignas(64) static thread_local char scratch[kBlockBytes];
+  const int64_t block = kBlockBytes / es;
+  const int64_t n = parts.len(me);
+  const size_t first = at.offset + parts.begin(me) * es;
+  std::vector<const void*> s(P);
+  for (int64_t off = 0; off < n; off += block) {
+    const int64_t m = std::min(block, n - off);
+    for (int r = 0; r < P; ++r) s[r] = at.region->base[r] + first + off * es;
+    reduce_many(scratch, s.data(), P, m, dt, op);
+    if (divisor > 0) divide_inplace(scratch, m, dt, divisor);
+    for (int r = 0; r < P; ++r) std::memcpy(at.region->base[r] + first + off * es, scratch, m * es);
+  }
+}
+
 }  // namespace
 
 void ShmBackend::allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) {
@@ -153,9 +177,22 @@ void ShmBackend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
     return;
   }
   const uint64_t bytes = static_cast<uint64_t>(n * es);
-  const ShmPath want = me == 0 && P > 1 ? paths().choose(bytes) : ShmPath::Cached;
-  Waiter w = begin(OpKind::Allreduce, n, dt, op, -1, ctx, nullptr, 0, static_cast<int32_t>(want));
+  const SharedPlace place =
+      P > 1 && flat.contiguous() != nullptr ? regions_.locate(me, flat.contiguous(), bytes)
+                                            : SharedPlace{};
+  // (in shared memory the zero-copy path needs no choice, unless a peer's data is not)
+  const ShmPath want =
+      me == 0 && P > 1 && place.region == nullptr ? paths().choose(bytes) : ShmPath::Cached;
+  Waiter w = begin(OpKind::Allreduce, n, dt, op, -1, ctx, nullptr, 0, static_cast<int32_t>(want),
+                   place.code());
   if (P == 1 || n == 0) return;
+  last_zero_copy_ = all_shared_at(place.code());
+  if (last_zero_copy_) {
+    reduce_into_all(place, split(n, P, es), me, P, es, dt, rop, divisor);
+    post();
+    wait_all(w, step());
+    return;
+  }
   const bool streaming = leader_variant() == static_cast<int32_t>(ShmPath::Streaming);
   const auto t0 = Clock::now();
 

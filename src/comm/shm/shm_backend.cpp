@@ -146,6 +146,7 @@ void ShmBackend::rendezvous(const StorePtr& store, const std::string& prefix, Mi
     options_.small_bytes = cfg.small_bytes;
     seg_ = Segment::open(name, cfg);
   }
+  seg_name_ = name;
   seg_.info(rank_).pid.store(static_cast<int32_t>(::getpid()), std::memory_order_release);
 
   // Barrier through the store: once every rank has mapped the segment its name is
@@ -175,7 +176,7 @@ Waiter ShmBackend::make_waiter(const OpContext& ctx, const OpDesc& d) {
 
 Waiter ShmBackend::begin(OpKind kind, int64_t numel, at::ScalarType dtype, ReduceOp op, int root,
                          const OpContext& ctx, const void* payload, size_t payload_bytes,
-                         int32_t variant) {
+                         int32_t variant, uint64_t shared_at) {
   OpDesc d = ctx.desc;
   d.kind = kind;
   d.numel = numel;
@@ -192,11 +193,19 @@ Waiter ShmBackend::begin(OpKind kind, int64_t numel, at::ScalarType dtype, Reduc
     std::memcpy(seg_.small(rank_, static_cast<int>(slot)), payload, payload_bytes);
   WireDesc wire = to_wire(d);
   wire.variant = variant;
+  wire.shared_at = shared_at;
   seg_.info(rank_).desc[slot] = wire;
   post();
   wait_all(w, step_);
   check_descriptors(w, slot);
   return w;
+}
+
+bool ShmBackend::all_shared_at(uint64_t code) const {
+  if (code == 0) return false;
+  for (int r = 0; r < size_; ++r)
+    if (last_desc(r).shared_at != code) return false;
+  return true;
 }
 
 void ShmBackend::check_descriptors(Waiter& w, uint64_t slot) {

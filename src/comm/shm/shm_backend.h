@@ -21,6 +21,7 @@
 
 #include "comm/backends.h"
 #include "comm/shm/path_choice.h"
+#include "comm/shm/shared_region.h"
 #include "comm/shm/shm_segment.h"
 #include "comm/shm/shm_sync.h"
 
@@ -59,6 +60,7 @@ class ShmBackend final : public Backend {
   bool checks_descriptors() const override { return true; }
   bool averages() const override { return true; }
   bool bounded_by_deadline() const override { return true; }  // every wait checks it
+  bool shares_memory() const override { return true; }
 
   void allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) override;
   void allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
@@ -71,6 +73,7 @@ class ShmBackend final : public Backend {
   void send(const at::Tensor& t, int dst, int tag, const OpContext& ctx) override;
   void recv(at::Tensor& t, int src, int tag, const OpContext& ctx) override;
   void barrier(const OpContext& ctx) override;
+  at::Tensor alloc_shared(int64_t numel, at::ScalarType dtype, const OpContext& ctx) override;
   void abort() noexcept override;
 
   // ---- used by the per-algorithm files (allreduce_shm.cpp, ...) ----
@@ -79,11 +82,18 @@ class ShmBackend final : public Backend {
   // first, so the descriptor round also delivers it: read it with small_slot().
   // `variant` rides in the descriptor; rank 0's is the one every rank follows
   // (leader_variant()), so rank 0 alone may choose an algorithm variant.
+  // `shared_at` says where the data lies in shared memory (SharedPlace::code()).
   Waiter begin(OpKind kind, int64_t numel, at::ScalarType dtype, ReduceOp op, int root,
                const OpContext& ctx, const void* payload = nullptr, size_t payload_bytes = 0,
-               int32_t variant = 0);
-  // Rank 0's `variant` for the collective begun last.
-  int32_t leader_variant() const { return seg_.info(0).desc[(collectives_ - 1) % 2].variant; }
+               int32_t variant = 0, uint64_t shared_at = 0);
+  // `rank`'s `variant` for the collective begun last; rank 0's is the one to follow.
+  int32_t variant_of(int rank) const { return last_desc(rank).variant; }
+  int32_t leader_variant() const { return variant_of(0); }
+  // True if every rank's data of the collective begun last lies at the same nonzero
+  // place of shared memory (so the peers' data can be used where it is).
+  bool all_shared_at(uint64_t code) const;
+  // True if the last large allreduce used the peers' shared memory directly.
+  bool last_zero_copy() const { return last_zero_copy_; }
   // The small slot of `rank` for the collective begun last.
   const char* small_slot(int rank) const { return seg_.small(rank, (collectives_ - 1) % 2); }
   // Bumps this rank's progress counter (publishing every write before it).
@@ -99,6 +109,7 @@ class ShmBackend final : public Backend {
   uint64_t buffer_bytes() const { return seg_.config().buffer_bytes; }
   const ShmOptions& options() const { return options_; }
   PathChooser& paths() { return paths_; }
+  const SharedRegions& regions() const { return regions_; }
   // For ops that exchange one region per destination (alltoall, reduce_scatter): elements
   // per region of the staging buffer, a multiple of 128 bytes where the buffer allows.
   int64_t region_elems(int64_t elem_size) const;
@@ -111,16 +122,23 @@ class ShmBackend final : public Backend {
   void rendezvous(const StorePtr& store, const std::string& prefix, Millis timeout);
   void check_descriptors(Waiter& w, uint64_t slot);
   Waiter make_waiter(const OpContext& ctx, const OpDesc& d);
+  const WireDesc& last_desc(int rank) const {
+    return seg_.info(rank).desc[(collectives_ - 1) % 2];
+  }
 
   const int rank_;
   const int size_;
   ShmOptions options_;
   WaitPolicy policy_;
   Segment seg_;
+  std::string seg_name_;      // its (unlinked) name: the stem of shared allocations' names
   std::vector<pid_t> pids_;
   uint64_t step_ = 0;         // mirror of our progress counter (same on every rank between ops)
   uint64_t collectives_ = 0;  // collectives begun; selects the descriptor slot
   PathChooser paths_;         // rank 0's choice of the allreduce path
+  SharedRegions regions_;     // alloc_shared's live allocations
+  uint64_t shared_allocs_ = 0;  // allocations made: the next one's id (same on every rank)
+  bool last_zero_copy_ = false;
   std::atomic<bool> aborted_{false};
 };
 

@@ -17,7 +17,7 @@ namespace lockstep::comm::shm {
 namespace {
 
 constexpr uint64_t kMagic = 0x6c6f636b73746570ULL;  // "lockstep"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr size_t kPage = 4096;
 
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -64,10 +64,7 @@ void Segment::compute_offsets() {
   bytes_ = round_up(off, kPage);
 }
 
-Segment Segment::create(const std::string& name, const SegmentConfig& cfg) {
-  Segment s;
-  s.cfg_ = cfg;
-  s.compute_offsets();
+char* create_mapping(const std::string& name, size_t bytes, const char* hint) {
   const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) {
     const int e = errno;
@@ -75,23 +72,54 @@ Segment Segment::create(const std::string& name, const SegmentConfig& cfg) {
   }
   // posix_fallocate reserves tmpfs pages now: if /dev/shm is too small we fail
   // here with a message instead of dying of SIGBUS on first touch.
-  int rc = ::ftruncate(fd, static_cast<off_t>(s.bytes_)) == 0 ? 0 : errno;
-  if (rc == 0) rc = ::posix_fallocate(fd, 0, static_cast<off_t>(s.bytes_));
+  int rc = ::ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? 0 : errno;
+  if (rc == 0) rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
   if (rc != 0) {
     ::close(fd);
-    unlink(name);
-    throw ConfigError(detail::concat(
-        "shm: cannot reserve ", s.bytes_, " bytes in /dev/shm for ", name, ": ", errno_text(rc),
-        " (free space in /dev/shm, or lower LOCKSTEP_SHM_BUFFER_BYTES)"));
+    Segment::unlink(name);
+    throw ConfigError(detail::concat("shm: cannot reserve ", bytes, " bytes in /dev/shm for ", name,
+                                     ": ", errno_text(rc), " (", hint, ")"));
   }
+  char* p = nullptr;
   try {
-    s.base_ = map_fd(fd, s.bytes_, name);
+    p = map_fd(fd, bytes, name);
   } catch (...) {
     ::close(fd);
-    unlink(name);
+    Segment::unlink(name);
     throw;
   }
   ::close(fd);
+  return p;
+}
+
+char* open_mapping(const std::string& name, size_t bytes, const char* hint) {
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) {
+    const int e = errno;
+    throw ConfigError(detail::concat("shm: cannot open ", name, ": ", errno_text(e)));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
+    ::close(fd);
+    throw ConfigError(detail::concat("shm: ", name, " has ", st.st_size, " bytes, expected ",
+                                     bytes, " (", hint, ")"));
+  }
+  char* p = nullptr;
+  try {
+    p = map_fd(fd, bytes, name);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return p;
+}
+
+Segment Segment::create(const std::string& name, const SegmentConfig& cfg) {
+  Segment s;
+  s.cfg_ = cfg;
+  s.compute_offsets();
+  s.base_ = create_mapping(name, s.bytes_, "free space in /dev/shm, or lower LOCKSTEP_SHM_BUFFER_BYTES");
   // Fresh tmpfs pages are zero, which is the initial state of every counter.
   Header& h = *new (s.base_) Header{};
   h.magic = kMagic;
@@ -108,25 +136,7 @@ Segment Segment::open(const std::string& name, const SegmentConfig& cfg) {
   Segment s;
   s.cfg_ = cfg;
   s.compute_offsets();
-  const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
-  if (fd < 0) {
-    const int e = errno;
-    throw ConfigError(detail::concat("shm: cannot open ", name, ": ", errno_text(e)));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != s.bytes_) {
-    ::close(fd);
-    throw ConfigError(detail::concat("shm: segment ", name, " has ", st.st_size,
-                                     " bytes, expected ", s.bytes_,
-                                     " (do all ranks use the same LOCKSTEP_SHM_* settings?)"));
-  }
-  try {
-    s.base_ = map_fd(fd, s.bytes_, name);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
+  s.base_ = open_mapping(name, s.bytes_, "do all ranks use the same LOCKSTEP_SHM_* settings?");
   const Header& h = s.header();
   if (h.magic != kMagic || h.version != kVersion ||
       h.world_size != static_cast<uint32_t>(cfg.world_size) ||

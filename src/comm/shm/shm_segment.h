@@ -35,6 +35,9 @@ struct WireDesc {
   int32_t tag = 0;
   int32_t variant = 0;  // collectives: the algorithm variant rank 0 chose (all follow it)
   uint64_t seq = 0;
+  // allreduce: where the tensor lies in a shared region (SharedRegions::locate), 0 if
+  // it does not; equal on every rank -> the zero-copy path.
+  uint64_t shared_at = 0;
   int64_t numel = 0;
   uint64_t bytes = 0;  // send/recv: payload bytes that follow the header in the channel
 };
@@ -69,6 +72,13 @@ struct alignas(kLine) ChannelCtl {
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shm needs lock-free 64-bit atomics");
 static_assert(std::atomic<int32_t>::is_always_lock_free, "shm needs lock-free 32-bit atomics");
+
+// Creates POSIX shm object `name` exclusively (mode 0600), reserves `bytes` of /dev/shm
+// for it (a full /dev/shm is a ConfigError ending in `hint`, not SIGBUS later) and
+// maps it pre-faulted. Unlinks it again on failure.
+char* create_mapping(const std::string& name, size_t bytes, const char* hint);
+// Opens and maps `name`, which must have exactly `bytes` (else ConfigError ending in `hint`).
+char* open_mapping(const std::string& name, size_t bytes, const char* hint);
 
 struct SegmentConfig {
   int world_size = 1;

@@ -1,0 +1,102 @@
+// Shared allocations: the registry, and the collective that creates one
+// (ShmBackend::alloc_shared). See shared_region.h.
+#include "comm/shm/shared_region.h"
+#include "comm/shm/shm_backend.h"
+
+#include <ATen/ATen.h>
+
+#include <sys/mman.h>
+
+#include <iostream>
+
+namespace lockstep::comm::shm {
+
+SharedRegion::~SharedRegion() {
+  for (char* p : base)
+    if (p != nullptr) ::munmap(p, bytes);
+}
+
+at::Tensor SharedRegions::adopt(std::unique_ptr<SharedRegion> r, int rank, int64_t numel,
+                                at::ScalarType dtype) {
+  char* own = r->base.at(rank);
+  {
+    std::lock_guard<std::mutex> lk(state_->mu);
+    state_->by_base[reinterpret_cast<uintptr_t>(own)] = std::move(r);
+  }
+  std::shared_ptr<State> state = state_;
+  return at::from_blob(
+      own, {numel},
+      [state](void* p) {
+        std::unique_ptr<SharedRegion> gone;  // unmapped outside the lock
+        std::lock_guard<std::mutex> lk(state->mu);
+        auto it = state->by_base.find(reinterpret_cast<uintptr_t>(p));
+        if (it == state->by_base.end()) return;
+        gone = std::move(it->second);
+        state->by_base.erase(it);
+      },
+      at::TensorOptions().dtype(dtype));
+}
+
+SharedPlace SharedRegions::locate(int rank, const void* p, size_t bytes) const {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lk(state_->mu);
+  auto it = state_->by_base.upper_bound(at);
+  if (it == state_->by_base.begin()) return {};
+  --it;
+  const SharedRegion& r = *it->second;
+  const auto own = reinterpret_cast<uintptr_t>(r.base[rank]);
+  if (at < own || at + bytes > own + r.bytes) return {};
+  return SharedPlace{&r, static_cast<size_t>(at - own)};
+}
+
+size_t SharedRegions::live() const {
+  std::lock_guard<std::mutex> lk(state_->mu);
+  return state_->by_base.size();
+}
+
+// Three descriptor rounds: agree on the size (mismatch -> CommError), vote that every
+// rank created its object, vote that every rank mapped every peer's (then all unlink).
+// Any rank's failure makes every rank return an undefined tensor, so the callers keep
+// agreeing on what is shared.
+at::Tensor ShmBackend::alloc_shared(int64_t numel, at::ScalarType dtype, const OpContext& ctx) {
+  Waiter w = begin(OpKind::AllocShared, numel, dtype, ReduceOp::Sum, -1, ctx);
+  auto region = std::make_unique<SharedRegion>();
+  region->id = shared_allocs_++;
+  region->bytes = std::max<size_t>(1, numel * c10::elementSize(dtype));
+  region->bytes = (region->bytes + 4095) / 4096 * 4096;
+  region->base.assign(size_, nullptr);
+  auto name = [&](int r) { return detail::concat(seg_name_, "-a", region->id, "-r", r); };
+  std::string why;
+  auto attempt = [&](auto&& f) {
+    if (!why.empty()) return;
+    try {
+      f();
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+  };
+  auto vote = [&] {
+    begin(OpKind::AllocShared, numel, dtype, ReduceOp::Sum, -1, ctx, nullptr, 0, why.empty());
+    bool all = true;
+    for (int r = 0; r < size_; ++r) all = all && variant_of(r) == 1;
+    return all;
+  };
+  attempt([&] {
+    region->base[rank_] = create_mapping(name(rank_), region->bytes,
+                                         "free space in /dev/shm, or turn shared buckets off");
+  });
+  bool ok = vote();
+  for (int r = 0; ok && r < size_; ++r)
+    if (r != rank_) attempt([&] { region->base[r] = open_mapping(name(r), region->bytes, "bug"); });
+  if (ok) ok = vote();  // every rank has tried every peer's object: the names can go
+  if (region->base[rank_] != nullptr) Segment::unlink(name(rank_));
+  if (!ok) {
+    if (!why.empty())
+      std::cerr << "lockstep: shm (rank " << rank_ << "): cannot share " << region->bytes
+                << " bytes with the peers (" << why << "); using private memory instead\n";
+    return {};
+  }
+  return regions_.adopt(std::move(region), rank_, numel, dtype);
+}
+
+}  // namespace lockstep::comm::shm
