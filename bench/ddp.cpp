@@ -17,7 +17,8 @@
 //   N x  RANK=r WORLD_SIZE=N MASTER_ADDR=127.0.0.1 MASTER_PORT=p python3 bench/peers/pytorch_ddp.py
 // Workers print "RESULT key seconds" lines on rank 0 (see bench/ddp_worker.cpp); the
 // driver takes the median over rounds, prints one table with the peer beside us and the
-// ratio, and writes the CSV. A config "shm:view" runs shm with gradient_as_bucket_view.
+// ratio, and writes the CSV. A config "shm:view" runs shm with gradient_as_bucket_view,
+// "shm:private" with DDPOptions::shared_buckets off (buckets in private memory).
 #include "bench_util.h"
 #include "ddp_bench.h"
 
@@ -59,6 +60,7 @@ DdpArgs parse(int argc, char** argv) {
     if (k == "--worker") a.worker = true;
     else if (k == "--backend") a.backend = val();
     else if (k == "--view") a.view = true;
+    else if (k == "--private") a.private_buckets = true;
     else if (k == "--profile") a.profile = true;
     else if (k == "--skip-peer") a.skip_peer = true;
     else if (k == "--nproc") a.nprocs = val();
@@ -72,7 +74,7 @@ DdpArgs parse(int argc, char** argv) {
     else if (k == "--peer-script") a.peer_script = val();
     else throw std::invalid_argument(
         "unknown option " + k +
-        " (ddp [--nproc 1,2] [--configs shm,gloo,mpi,shm:view] [--steps N] [--warmup N] "
+        " (ddp [--nproc 1,2] [--configs shm,gloo,mpi,shm:view,shm:private] [--steps N] [--warmup N] "
         "[--rounds N] [--out FILE] [--skip-peer] [--python PATH] [--profile])");
   }
   return a;
@@ -140,10 +142,12 @@ std::string worker_flags(const DdpArgs& a) {
 }
 
 std::string lockstep_cmd(const DdpArgs& a, const std::string& config, int n) {
-  const bool view = config.size() > 5 && config.substr(config.size() - 5) == ":view";
-  const std::string backend = config.substr(0, config.find(':'));
+  const size_t colon = config.find(':');
+  const std::string backend = config.substr(0, colon);
+  const std::string variant = colon == std::string::npos ? "" : config.substr(colon + 1);
   const std::string self = "'" + self_exe() + "'";
-  const std::string flags = worker_flags(a) + " --backend " + backend + (view ? " --view" : "");
+  const std::string flags = worker_flags(a) + " --backend " + backend +
+                            (variant.empty() ? "" : " --" + variant);
   if (backend == "mpi")
     return kRankEnv + "'" LOCKSTEP_MPIRUN_PATH "' -np " + std::to_string(n) +
            " " + self + flags;
@@ -187,6 +191,12 @@ Result combine(const std::vector<Result>& rounds) {
 int run_driver(const DdpArgs& a) {
   const auto nprocs = split_csv(a.nprocs);
   const auto configs = split_csv(a.configs);
+  for (const auto& c : configs) {
+    const std::string b = c.substr(0, c.find(':')), v = c.substr(std::min(c.size(), b.size() + 1));
+    if ((b != "shm" && b != "gloo" && b != "mpi") || (v != "" && v != "view" && v != "private"))
+      throw lockstep::ConfigError("ddp: unknown config '" + c + "' (a backend shm, gloo or mpi, "
+                                  "optionally with :view or :private)");
+  }
   if (auto slash = a.out.rfind('/'); slash != std::string::npos)
     std::system(("mkdir -p '" + a.out.substr(0, slash) + "'").c_str());
   const std::string load_before = loadavg();

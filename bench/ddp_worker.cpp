@@ -94,6 +94,7 @@ int ddp_worker(const DdpArgs& a) {
   lockstep::models::Mlp model(std::vector<int64_t>{1024, 4096, 4096, 10});
   lockstep::DDPOptions o;
   o.gradient_as_bucket_view = a.view;
+  o.shared_buckets = !a.private_buckets;
   lockstep::DistributedDataParallel ddp(model, g, o);
   torch::optim::SGD opt(ddp.parameters(), 0.01);
 

@@ -2,7 +2,8 @@
 // parameters as one process trained on the concatenated batch of P*B (computed
 // here, on every rank, from the same seeds), within a stated tolerance; the max
 // difference is printed. Cases: MLP (SGD, AdamW; float64 and float32; several
-// buckets with rebuild and gradient_as_bucket_view; fp16 hook), convnet with
+// buckets with rebuild and gradient_as_bucket_view; shared and private buckets;
+// fp16 hook), convnet with
 // batch-norm, a model with parameters unused in some steps/ranks
 // (find_unused_parameters), and gradient accumulation with no_sync.
 //   --mismatch: rank r>0 builds a different model; every rank must raise
@@ -185,6 +186,21 @@ void run_case(const std::shared_ptr<lockstep::ProcessGroup>& pg, const Case& c) 
   }
   const std::string tag = c.name + " P=" + std::to_string(P);
   report(tag + " params", max_diff(model->parameters(), ref->parameters()), tol_for(c));
+  // Grads are views into their buckets with gradient_as_bucket_view, and on shm (P > 1)
+  // with shared buckets, whose allreduce then works on the peers' memory directly.
+  const bool views = c.options.gradient_as_bucket_view ||
+                     (P > 1 && pg->backend_name() == "shm" && c.options.shared_buckets);
+  int64_t wrong = 0;
+  for (const auto& b : ddp.reducer().buckets())
+    for (size_t k = 0; k < b.param_indices.size(); ++k) {
+      const auto& g = ddp.parameters()[b.param_indices[k]].grad();
+      if (!g.defined()) continue;
+      const char* slot = static_cast<const char*>(b.buffer.data_ptr()) +
+                         b.offsets[k] * static_cast<int64_t>(b.buffer.element_size());
+      wrong += (g.data_ptr() == slot) != views;
+    }
+  report(tag + (views ? " grads are bucket views" : " grads are their own tensors"),
+         static_cast<double>(wrong), 0);
   if (r == 0 && !model->buffers().empty())
     report(tag + " buffers(rank0)", max_diff(model->buffers(), ref->buffers()), tol_for(c));
   const auto& st = ddp.last_step_stats();
@@ -255,7 +271,15 @@ void run_all(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
     c.name = "mixed in-place/copy paths mlp f64 sgd";
     c.strided_grads_on_odd_ranks = true;
     run_case<Mlp>(pg, c);
+    c.name = "mixed in-place/copy paths private buckets mlp f64 sgd";
+    c.options.shared_buckets = false;
+    run_case<Mlp>(pg, c);
+    c.name = "private buckets mlp f64 adamw";
     c.strided_grads_on_odd_ranks = false;
+    c.adamw = true;
+    run_case<Mlp>(pg, c);
+    c.adamw = false;
+    c.options.shared_buckets = true;
     c.name = "no_sync accum=3 mlp f64 sgd";
     c.accum = 3;
     run_case<Mlp>(pg, c);

@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <sstream>
@@ -272,6 +273,60 @@ TEST_P(ShmBackendP, StreamingPathFollowsRankZero) {
       [](int r) { ::setenv("LOCKSTEP_SHM_PATH", r == 0 ? "streaming" : "cached", 1); }));
 }
 
+// Lines of /proc/self/maps that map a shared allocation ("<segment>-a<id>-r<rank>";
+// the segment's own name has no "-r").
+int shared_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);)
+    n += line.find("/dev/shm/lockstep-") != std::string::npos && line.find("-r") != std::string::npos;
+  return n;
+}
+
+TEST_P(ShmBackendP, SharedMemoryAllreduceInPlace) {
+  // Slices at the same place of an alloc_shared allocation on every rank take the
+  // zero-copy path (each rank writes its part into every rank's memory); slices at
+  // different places (rank 0 shifted) the staged one. Both exact, and nothing outside
+  // the slice is written on any rank. Freeing the tensor unmaps every mapping.
+  const int P = GetParam();
+  expect_all_ok(run_ranks(P, [](Rank& g) {
+    const int P = g.size;
+    const int64_t tri = P * (P + 1) / 2;
+    auto& be = static_cast<shm::ShmBackend&>(*g.be);
+    const int64_t n = (1 << 18) + 37, pad = 64;
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+      {
+        at::Tensor buf = be.alloc_shared(n + 2 * pad, dt, g.ctx(OpKind::AllocShared));
+        CHILD_CHECK(buf.defined() && buf.numel() == n + 2 * pad && buf.scalar_type() == dt);
+        CHILD_CHECK(shared_mappings() == P, shared_mappings(), " mappings for P=", P);
+        for (int64_t shift : {int64_t{0}, int64_t{7}}) {
+          for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg}) {
+            if (op == ReduceOp::Avg && dt != at::kFloat) continue;
+            const std::string where = detail::concat(reduce_op_name(op), " ", dtype_name(dt),
+                                                     " shift=", shift, " P=", P);
+            buf.fill_(-1);
+            g.be->barrier(g.ctx(OpKind::Barrier));  // no peer still writes into buf
+            at::Tensor t = buf.narrow(0, pad + (g.rank == 0 ? shift : 0), n);
+            t.copy_(pattern(n) * (g.rank + 1));
+            g.be->allreduce(t, op, g.ctx(OpKind::Allreduce));
+            const at::Tensor want = op == ReduceOp::Sum   ? pattern(n) * tri
+                                    : op == ReduceOp::Max ? pattern(n) * P
+                                                          : pattern(n).to(at::kFloat) * tri / P;
+            check_equal(t, want, "shared allreduce " + where);
+            const int64_t lo = pad + (g.rank == 0 ? shift : 0);
+            const at::Tensor outside = at::cat({buf.narrow(0, 0, lo), buf.narrow(0, lo + n, buf.numel() - lo - n)});
+            CHILD_CHECK((outside == -1).all().item<bool>(), "wrote outside the slice: ", where);
+            CHILD_CHECK(P == 1 || be.last_zero_copy() == (shift == 0), "zero copy ",
+                        be.last_zero_copy(), ": ", where);
+          }
+        }
+      }
+      CHILD_CHECK(be.regions().live() == 0 && shared_mappings() == 0, "not unmapped: ",
+                  be.regions().live(), " live, ", shared_mappings(), " mapped");
+    }
+  }, "shared"));
+}
+
 TEST_P(ShmBackendP, SendRecv) { expect_all_ok(run_ranks(GetParam(), send_recv, "p2p")); }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmBackendP, ::testing::Values(1, 2, 3, 4));
@@ -361,6 +416,16 @@ TEST(ShmBackendFaults, AbortWakesWaiters) {
       expect_comm_error([&] { g.be->barrier(g.ctx(OpKind::Barrier)); }, CommError::Kind::Aborted);
     }
   }, "abort"));
+}
+
+TEST(ShmBackendFaults, SharedAllocationSizeMismatch) {
+  expect_all_ok(run_ranks(2, [](Rank& g) {
+    const CommError e = expect_comm_error(
+        [&] { g.be->alloc_shared(g.rank == 0 ? 100 : 101, at::kFloat, g.ctx(OpKind::AllocShared)); },
+        CommError::Kind::Mismatch);
+    const std::string msg = e.what();
+    CHILD_CHECK(msg.find("alloc_shared of 100") != std::string::npos, msg);
+  }, "shared-mismatch"));
 }
 
 // No segment may survive a finished group, nor the killed group of KilledPeer.
