@@ -428,6 +428,20 @@ TEST(ShmBackendFaults, SharedAllocationSizeMismatch) {
   }, "shared-mismatch"));
 }
 
+TEST(ShmBackendFaults, SharedAllocationTooLargeFallsBack) {
+  // More than /dev/shm holds: every rank gets an undefined tensor (callers fall back to
+  // private memory), nothing stays mapped, and the group goes on working.
+  expect_all_ok(run_ranks(2, [](Rank& g) {
+    auto& be = static_cast<shm::ShmBackend&>(*g.be);
+    at::Tensor t = be.alloc_shared(int64_t{1} << 40, at::kFloat, g.ctx(OpKind::AllocShared));
+    CHILD_CHECK(!t.defined(), "got ", t.numel(), " elements");
+    CHILD_CHECK(be.regions().live() == 0 && shared_mappings() == 0, "left mapped");
+    at::Tensor x = torch::ones({1000}, torch::kFloat);
+    g.be->allreduce(x, ReduceOp::Sum, g.ctx(OpKind::Allreduce));
+    CHILD_CHECK(x[0].item<float>() == 2.0f, "allreduce after: ", x[0].item<float>());
+  }, "shared-too-large"));
+}
+
 // No segment may survive a finished group, nor the killed group of KilledPeer.
 TEST(ShmBackendZ, NoSegmentLeftBehind) {
   expect_all_ok(run_ranks(2, [](Rank& g) { g.be->barrier(g.ctx(OpKind::Barrier)); }, "leak"));
