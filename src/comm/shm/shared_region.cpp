@@ -7,7 +7,7 @@
 
 #include <sys/mman.h>
 
-#include <iostream>
+#include <cstdio>
 
 namespace lockstep::comm::shm {
 
@@ -83,7 +83,7 @@ at::Tensor ShmBackend::alloc_shared(int64_t numel, at::ScalarType dtype, const O
   };
   attempt([&] {
     region->base[rank_] = create_mapping(name(rank_), region->bytes,
-                                         "free space in /dev/shm, or turn shared buckets off");
+                                         "free space in /dev/shm, or set DDPOptions::shared_buckets = false");
   });
   bool ok = vote();
   for (int r = 0; ok && r < size_; ++r)
@@ -91,9 +91,11 @@ at::Tensor ShmBackend::alloc_shared(int64_t numel, at::ScalarType dtype, const O
   if (ok) ok = vote();  // every rank has tried every peer's object: the names can go
   if (region->base[rank_] != nullptr) Segment::unlink(name(rank_));
   if (!ok) {
-    if (!why.empty())
-      std::cerr << "lockstep: shm (rank " << rank_ << "): cannot share " << region->bytes
-                << " bytes with the peers (" << why << "); using private memory instead\n";
+    if (!why.empty())  // one write, so ranks' lines do not interleave
+      std::fputs(detail::concat("lockstep: shm (rank ", rank_, "): cannot share ", region->bytes,
+                                " bytes with the peers (", why, "); using private memory instead\n")
+                     .c_str(),
+                 stderr);
     return {};
   }
   return regions_.adopt(std::move(region), rank_, numel, dtype);
