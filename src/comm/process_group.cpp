@@ -320,6 +320,7 @@ WorkPtr ProcessGroup::barrier(const BarrierOptions& o) {
 at::Tensor ProcessGroup::alloc_shared(int64_t numel, at::ScalarType dtype) {
   LOCKSTEP_CHECK(numel >= 0, "alloc_shared: negative element count ", numel);
   LOCKSTEP_CHECK(is_supported_dtype(dtype), "alloc_shared: unsupported dtype ", dtype_name(dtype));
+  LOCKSTEP_CHECK(numel <= (int64_t{1} << 40), "alloc_shared: ", numel, " elements is too many");
   if (size_ == 1 || !backend_->shares_memory()) return {};
   OpDesc d{OpKind::AllocShared, 0, numel, dtype, ReduceOp::Sum, -1, 0};
   auto out = std::make_shared<at::Tensor>();

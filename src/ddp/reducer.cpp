@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <exception>
 #include <numeric>
 #include <sstream>
 
@@ -81,6 +82,21 @@ void Reducer::register_comm_hook(CommHook hook) {
 }
 
 void Reducer::build_buckets(const std::vector<int64_t>& order) {
+  // Rebuild: grads that are views into the old buckets become their own tensors, and
+  // the old buffers go before the new ones are allocated (shared memory is never held
+  // twice, and no grad keeps an old buffer alive).
+  const bool rebuild = !buckets_.empty();
+  if (rebuild) {
+    at::NoGradGuard no_grad;
+    for (size_t p = 0; p < params_.size(); ++p) {
+      auto& g = params_[p].mutable_grad();
+      const BucketState& old = buckets_[slots_[p].bucket];
+      if (g.defined() && old.as_views && g.data_ptr() == old.views[slots_[p].index].data_ptr())
+        g = g.clone();
+    }
+    infos_.clear();
+    buckets_.clear();
+  }
   std::vector<int64_t> numels(params_.size());
   std::vector<at::ScalarType> dtypes(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -92,6 +108,7 @@ void Reducer::build_buckets(const std::vector<int64_t>& order) {
   std::vector<GradBucket> infos(specs.size());
   std::vector<BucketState> states(specs.size());
   std::vector<Slot> slots(params_.size());
+  std::exception_ptr failed;  // alloc_shared on a broken group: finish the layout, then throw
   for (size_t b = 0; b < specs.size(); ++b) {
     auto& info = infos[b];
     info.index = b;
@@ -103,8 +120,13 @@ void Reducer::build_buckets(const std::vector<int64_t>& order) {
     // Shared: the allreduce works on the peers' buffers directly, so grads live there.
     // Else untouched until a bucket falls back to the copy path (never, usually): its
     // pages cost no memory until then.
-    if (options_.shared_buckets && world_size_ > 1)
-      info.buffer = group_->alloc_shared(total, specs[b].dtype);
+    if (options_.shared_buckets && world_size_ > 1 && !failed) {
+      try {
+        info.buffer = group_->alloc_shared(total, specs[b].dtype);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+    }
     states[b].as_views = options_.gradient_as_bucket_view || info.buffer.defined();
     if (!info.buffer.defined())
       info.buffer = at::empty({total}, at::TensorOptions().dtype(specs[b].dtype));
@@ -123,7 +145,7 @@ void Reducer::build_buckets(const std::vector<int64_t>& order) {
     states[b].pending = specs[b].params.size();
   }
   // Gradients move into the new bucket views where grads are views.
-  if (!buckets_.empty()) {
+  if (rebuild) {
     at::NoGradGuard no_grad;
     for (size_t p = 0; p < params_.size(); ++p) {
       auto& g = params_[p].mutable_grad();
@@ -136,6 +158,7 @@ void Reducer::build_buckets(const std::vector<int64_t>& order) {
   infos_ = std::move(infos);
   buckets_ = std::move(states);
   slots_ = std::move(slots);
+  if (failed) std::rethrow_exception(failed);
 }
 
 void Reducer::prepare_for_forward() {

@@ -442,6 +442,28 @@ TEST(ShmBackendFaults, SharedAllocationTooLargeFallsBack) {
   }, "shared-too-large"));
 }
 
+TEST(ShmBackendFaults, SharedAllocationPeerDiesMidway) {
+  // Rank 1 joins the size round, then dies: rank 0, which has created its object by
+  // then, raises PeerGone from the vote and must not leave the object's name behind.
+  const auto status = run_ranks(2, [](Rank& g) {
+    auto& be = static_cast<shm::ShmBackend&>(*g.be);
+    if (g.rank == 1) {
+      be.begin(OpKind::AllocShared, 1 << 20, at::kFloat, ReduceOp::Sum, -1,
+               g.ctx(OpKind::AllocShared));
+      ::raise(SIGKILL);
+    }
+    const CommError e = expect_comm_error(
+        [&] { be.alloc_shared(1 << 20, at::kFloat, g.ctx(OpKind::AllocShared)); },
+        CommError::Kind::PeerGone);
+    const std::string name = "/dev/shm" + be.shm_name() + "-a0-r0";
+    CHILD_CHECK(::access(name.c_str(), F_OK) != 0, "left behind: ", name);
+    CHILD_CHECK(be.regions().live() == 0 && shared_mappings() == 0, "left mapped");
+  }, "shared-peer-dies");
+  ASSERT_EQ(status.size(), 2u);
+  EXPECT_TRUE(WIFSIGNALED(status[1]) && WTERMSIG(status[1]) == SIGKILL);
+  expect_all_ok({status[0]});
+}
+
 // No segment may survive a finished group, nor the killed group of KilledPeer.
 TEST(ShmBackendZ, NoSegmentLeftBehind) {
   expect_all_ok(run_ranks(2, [](Rank& g) { g.be->barrier(g.ctx(OpKind::Barrier)); }, "leak"));

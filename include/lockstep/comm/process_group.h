@@ -72,11 +72,12 @@ class ProcessGroup {
   WorkPtr barrier(const BarrierOptions& o = {});
 
   // Collective (blocks until done): `numel` elements of `dtype` in memory that every rank
-  // of the group maps (shm). A collective over tensors that lie at the same place of such
-  // memory on every rank reads and writes the peers' data where it lies, without
+  // of the group maps (shm). An allreduce of one tensor that lies at the same place of
+  // such memory on every rank reads and writes the peers' data where it lies, without
   // staging copies (DDP puts its buckets there). Undefined on a single rank, on backends
-  // whose ranks share no memory (gloo, mpi), or when /dev/shm cannot hold it (a warning
-  // says why), on every rank alike: callers fall back to ordinary memory.
+  // whose ranks share no memory (gloo, mpi), or when /dev/shm cannot hold it (the ranks
+  // that failed warn why), on every rank alike: callers fall back to ordinary memory.
+  // A broken group throws its CommError, as every collective does.
   at::Tensor alloc_shared(int64_t numel, at::ScalarType dtype);
 
   // A collective composed of several backend calls (e.g. the compressed allreduce:

@@ -180,9 +180,7 @@ void ShmBackend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
   const SharedPlace place =
       P > 1 && flat.contiguous() != nullptr ? regions_.locate(me, flat.contiguous(), bytes)
                                             : SharedPlace{};
-  // (in shared memory the zero-copy path needs no choice, unless a peer's data is not)
-  const ShmPath want =
-      me == 0 && P > 1 && place.region == nullptr ? paths().choose(bytes) : ShmPath::Cached;
+  const ShmPath want = me == 0 && P > 1 ? paths().choose(bytes) : ShmPath::Cached;
   Waiter w = begin(OpKind::Allreduce, n, dt, op, -1, ctx, nullptr, 0, static_cast<int32_t>(want),
                    place.code());
   if (P == 1 || n == 0) return;

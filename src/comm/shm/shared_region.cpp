@@ -19,12 +19,8 @@ SharedRegion::~SharedRegion() {
 at::Tensor SharedRegions::adopt(std::unique_ptr<SharedRegion> r, int rank, int64_t numel,
                                 at::ScalarType dtype) {
   char* own = r->base.at(rank);
-  {
-    std::lock_guard<std::mutex> lk(state_->mu);
-    state_->by_base[reinterpret_cast<uintptr_t>(own)] = std::move(r);
-  }
   std::shared_ptr<State> state = state_;
-  return at::from_blob(
+  at::Tensor t = at::from_blob(
       own, {numel},
       [state](void* p) {
         std::unique_ptr<SharedRegion> gone;  // unmapped outside the lock
@@ -35,6 +31,9 @@ at::Tensor SharedRegions::adopt(std::unique_ptr<SharedRegion> r, int rank, int64
         state->by_base.erase(it);
       },
       at::TensorOptions().dtype(dtype));
+  std::lock_guard<std::mutex> lk(state_->mu);  // (if from_blob threw, r unmapped itself)
+  state_->by_base[reinterpret_cast<uintptr_t>(own)] = std::move(r);
+  return t;
 }
 
 SharedPlace SharedRegions::locate(int rank, const void* p, size_t bytes) const {
@@ -57,7 +56,8 @@ size_t SharedRegions::live() const {
 // Three descriptor rounds: agree on the size (mismatch -> CommError), vote that every
 // rank created its object, vote that every rank mapped every peer's (then all unlink).
 // Any rank's failure makes every rank return an undefined tensor, so the callers keep
-// agreeing on what is shared.
+// agreeing on what is shared. If a round throws (a peer died, a timeout), every name
+// of this allocation is unlinked on the way out: whoever survives removes them.
 at::Tensor ShmBackend::alloc_shared(int64_t numel, at::ScalarType dtype, const OpContext& ctx) {
   Waiter w = begin(OpKind::AllocShared, numel, dtype, ReduceOp::Sum, -1, ctx);
   auto region = std::make_unique<SharedRegion>();
@@ -81,14 +81,24 @@ at::Tensor ShmBackend::alloc_shared(int64_t numel, at::ScalarType dtype, const O
     for (int r = 0; r < size_; ++r) all = all && variant_of(r) == 1;
     return all;
   };
-  attempt([&] {
-    region->base[rank_] = create_mapping(name(rank_), region->bytes,
-                                         "free space in /dev/shm, or set DDPOptions::shared_buckets = false");
-  });
-  bool ok = vote();
-  for (int r = 0; ok && r < size_; ++r)
-    if (r != rank_) attempt([&] { region->base[r] = open_mapping(name(r), region->bytes, "bug"); });
-  if (ok) ok = vote();  // every rank has tried every peer's object: the names can go
+  bool ok = false;
+  try {
+    attempt([&] {
+      region->base[rank_] = create_mapping(
+          name(rank_), region->bytes,
+          "free space in /dev/shm, or set DDPOptions::shared_buckets = false");
+    });
+    ok = vote();
+    for (int r = 0; ok && r < size_; ++r)
+      if (r != rank_)
+        attempt([&] {
+          region->base[r] = open_mapping(name(r), region->bytes, "a peer's allocation differs");
+        });
+    if (ok) ok = vote();  // every rank has tried every peer's object: the names can go
+  } catch (...) {
+    for (int r = 0; r < size_; ++r) Segment::unlink(name(r));
+    throw;
+  }
   if (region->base[rank_] != nullptr) Segment::unlink(name(rank_));
   if (!ok) {
     if (!why.empty())  // one write, so ranks' lines do not interleave

@@ -38,9 +38,12 @@ struct SharedPlace {
   const SharedRegion* region = nullptr;  // null: not in shared memory
   size_t offset = 0;
   // Nonzero code for the descriptor: (id + 1) << 40 | offset; equal on two ranks iff
-  // their ranges start at the same place of the same allocation.
+  // their ranges start at the same place of the same allocation. 0 (the staged path)
+  // where the code could alias: past 2^23 allocations or a 1 TiB offset.
   uint64_t code() const {
-    return region == nullptr ? 0 : (region->id + 1) << 40 | static_cast<uint64_t>(offset);
+    if (region == nullptr || region->id >= (uint64_t{1} << 23) || offset >= (size_t{1} << 40))
+      return 0;
+    return (region->id + 1) << 40 | static_cast<uint64_t>(offset);
   }
 };
 

@@ -110,6 +110,8 @@ class ShmBackend final : public Backend {
   const ShmOptions& options() const { return options_; }
   PathChooser& paths() { return paths_; }
   const SharedRegions& regions() const { return regions_; }
+  // The segment's (unlinked) name, "/lockstep-..."; allocations append "-a<id>-r<rank>".
+  const std::string& shm_name() const { return seg_name_; }
   // For ops that exchange one region per destination (alltoall, reduce_scatter): elements
   // per region of the staging buffer, a multiple of 128 bytes where the buffer allows.
   int64_t region_elems(int64_t elem_size) const;
