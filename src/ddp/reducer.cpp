@@ -108,7 +108,11 @@ void Reducer::build_buckets(const std::vector<int64_t>& order) {
   std::vector<GradBucket> infos(specs.size());
   std::vector<BucketState> states(specs.size());
   std::vector<Slot> slots(params_.size());
-  std::exception_ptr failed;  // alloc_shared on a broken group: finish the layout, then throw
+  // Shared buckets until the first one cannot be had (every rank sees the same), so a
+  // small /dev/shm costs one warning, not one per bucket. alloc_shared on a broken group
+  // throws: the layout is finished with private buffers, then the error goes on.
+  bool try_shared = options_.shared_buckets && world_size_ > 1;
+  std::exception_ptr failed;
   for (size_t b = 0; b < specs.size(); ++b) {
     auto& info = infos[b];
     info.index = b;
@@ -120,12 +124,13 @@ void Reducer::build_buckets(const std::vector<int64_t>& order) {
     // Shared: the allreduce works on the peers' buffers directly, so grads live there.
     // Else untouched until a bucket falls back to the copy path (never, usually): its
     // pages cost no memory until then.
-    if (options_.shared_buckets && world_size_ > 1 && !failed) {
+    if (try_shared) {
       try {
         info.buffer = group_->alloc_shared(total, specs[b].dtype);
       } catch (...) {
         failed = std::current_exception();
       }
+      try_shared = info.buffer.defined();
     }
     states[b].as_views = options_.gradient_as_bucket_view || info.buffer.defined();
     if (!info.buffer.defined())
