@@ -22,9 +22,10 @@ struct DDPOptions {
   // gradient_as_bucket_view does: the allreduce then reads and writes the peers'
   // gradients where they lie instead of copying through staging buffers (half the
   // memory traffic). Costs the buckets' size in /dev/shm per rank, in place of the
-  // grads' own memory; where /dev/shm is too small it warns once and uses ordinary memory from that bucket on.
-  // Other backends ignore it. Must be the same on every rank (on shm a difference is a
-  // Mismatch error at construction: some ranks allocate, the others do not).
+  // grads' own memory; where /dev/shm is too small it warns once and uses ordinary
+  // memory from that bucket on. Other backends ignore it. Must be the same on every
+  // rank (on shm a difference is a Mismatch error at construction: some ranks
+  // allocate, the others do not).
   bool shared_buckets = true;
   // Allow parameters that get no gradient in a backward (on some or all ranks).
   // Costs one small extra allreduce (the "used" map) per synchronized step.
