@@ -2,8 +2,9 @@
 // beside c10d's ProcessGroupGloo and OpenMPI's own collectives, measured in one run.
 //
 // The driver (no --worker) starts two jobs of this same program: one under lockstep-run
-// (lockstep shm, lockstep gloo, raw c10d gloo) and one under mpirun (lockstep mpi, raw
-// MPI), then prints one table with the ratios and writes the CSV.
+// (lockstep shm, shm allreduce on alloc_shared tensors, lockstep gloo, raw c10d gloo)
+// and one under mpirun (lockstep mpi, raw MPI), then prints one table with the ratios
+// and writes the CSV.
 #include "bench_util.h"
 #include "collectives_impls.h"
 
@@ -102,7 +103,7 @@ int run_driver(const Args& a) {
   const std::string self = "'" + self_exe() + "'";
   std::string cmd = std::string("'") + LOCKSTEP_RUN_PATH + "' --nproc-per-node " +
                     std::to_string(a.nproc) + " --master-port 0 " + self + common +
-                    " --impls shm,gloo,c10d-gloo";
+                    " --impls shm,shm-shared,gloo,c10d-gloo";
   std::printf("\n$ %s\n", cmd.c_str());
   std::fflush(stdout);
   if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "lockstep-run job failed\n");
@@ -139,14 +140,27 @@ int run_driver(const Args& a) {
   };
   std::printf("\nbus bandwidth, GB/s, %d ranks (float32; higher is better)\n", a.nproc);
   for (const std::string op : {"allreduce", "allgather", "reduce_scatter"}) {
-    Table t({op, "shm", "gloo", "mpi", "c10d-gloo", "MPI", "shm/c10d-gloo", "shm/MPI"});
+    // allreduce also in shared memory (the zero-copy path DDP's buckets take)
+    const bool shared = std::string(op) == "allreduce";
+    std::vector<std::string> cols{op, "shm"};
+    if (shared) cols.push_back("shm shared");
+    for (const char* c : {"gloo", "mpi", "c10d-gloo", "MPI", "shm/c10d-gloo", "shm/MPI"})
+      cols.push_back(c);
+    if (shared) cols.push_back("shared/MPI");
+    Table t(cols);
     for (int64_t bytes : parse_sizes(a.sizes)) {
       const int64_t b = bytes / 4 / a.nproc * a.nproc * 4;
       const Row* shm = get("shm", op, b);
+      const Row* sh = get("shm-shared", op, b);
       const Row* peer_gloo = get("c10d-gloo", op, b);
       const Row* peer_mpi = get("mpi-raw", op, b);
-      t.add({format_size(bytes), bw(shm), bw(get("gloo", op, b)), bw(get("mpi", op, b)),
-             bw(peer_gloo), bw(peer_mpi), ratio(shm, peer_gloo), ratio(shm, peer_mpi)});
+      std::vector<std::string> row{format_size(bytes), bw(shm)};
+      if (shared) row.push_back(bw(sh));
+      for (const std::string& v : {bw(get("gloo", op, b)), bw(get("mpi", op, b)), bw(peer_gloo),
+                                   bw(peer_mpi), ratio(shm, peer_gloo), ratio(shm, peer_mpi)})
+        row.push_back(v);
+      if (shared) row.push_back(ratio(sh, peer_mpi));
+      t.add(row);
     }
     std::printf("\n%s", t.str().c_str());
   }

@@ -41,7 +41,7 @@ class Base : public CollectiveImpl {
     const int p = control_.size(), r = control_.rank();
     const int64_t part = n / p;
     at::Tensor in, out;
-    if (op == "allreduce") in = out = at::empty({n}, at::kFloat);
+    if (op == "allreduce") in = out = allreduce_buffer(n);
     if (op == "allgather") in = at::empty({part}, at::kFloat), out = at::empty({n}, at::kFloat);
     if (op == "reduce_scatter") in = at::empty({n}, at::kFloat), out = at::empty({part}, at::kFloat);
     in.fill_(r + 1);
@@ -58,6 +58,7 @@ class Base : public CollectiveImpl {
 
  protected:
   virtual void run(const std::string& op, at::Tensor& out, at::Tensor& in) = 0;
+  virtual at::Tensor allreduce_buffer(int64_t n) { return at::empty({n}, at::kFloat); }
 
   static void verify(const std::string& op, const at::Tensor& out, int p) {
     if (out.numel() == 0) return;
@@ -93,6 +94,22 @@ class Lockstep : public Base {
     else pg_->reduce_scatter(out, in)->wait();
   }
   std::shared_ptr<comm::ProcessGroup> pg_;
+};
+
+// lockstep shm with the tensor in ProcessGroup::alloc_shared memory (where DDP keeps its
+// buckets): the zero-copy allreduce.
+class LockstepShared : public Lockstep {
+ public:
+  explicit LockstepShared(comm::ProcessGroup& control) : Lockstep("shm", control) {}
+  std::string name() const override { return "shm-shared"; }
+  bool supports(const std::string& op) const override { return op == "allreduce"; }
+
+ protected:
+  at::Tensor allreduce_buffer(int64_t n) override {
+    at::Tensor t = pg_->alloc_shared(n, at::kFloat);
+    if (!t.defined()) throw std::runtime_error("shm-shared: alloc_shared gave no memory");
+    return t;
+  }
 };
 
 int free_port() {
@@ -176,6 +193,7 @@ std::vector<std::unique_ptr<CollectiveImpl>> make_impls(const std::string& impls
   std::string name;
   while (std::getline(ss, name, ',')) {
     if (name == "shm" || name == "gloo" || name == "mpi") out.push_back(std::make_unique<Lockstep>(name, control));
+    else if (name == "shm-shared") out.push_back(std::make_unique<LockstepShared>(control));
     else if (name == "c10d-gloo") out.push_back(std::make_unique<C10dGloo>(control));
 #ifdef LOCKSTEP_HAVE_MPI
     else if (name == "mpi-raw") out.push_back(std::make_unique<MpiRaw>(control));

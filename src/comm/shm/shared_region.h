@@ -57,7 +57,7 @@ class SharedRegions {
                    at::ScalarType dtype);
   // Where [p, p + bytes) of `rank`'s memory lies, if wholly inside one allocation.
   SharedPlace locate(int rank, const void* p, size_t bytes) const;
-  size_t live() const;
+  size_t live() const;  // allocations still mapped here
 
  private:
   struct State {
