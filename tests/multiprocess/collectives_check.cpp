@@ -148,6 +148,25 @@ int main(int argc, char** argv) {
       expect(std::string("large allreduce ") + comm::reduce_op_name(op), x,
              f_times(op == ReduceOp::Sum ? p * (p + 1) / 2.0 : p, big, 0, at::kFloat));
     }
+    // Shared memory: defined exactly on shm with several ranks; an allreduce of a
+    // slice of it (the zero-copy path on shm) is exact, and the memory stays usable.
+    {
+      const int p = pg->size();
+      at::Tensor sh = pg->alloc_shared(big + 64, at::kFloat);
+      const bool want = p > 1 && pg->backend_name() == "shm";
+      expect(std::string("alloc_shared defined: ") + (want ? "yes" : "no"),
+             at::scalar_tensor(sh.defined() ? 1 : 0), at::scalar_tensor(want ? 1 : 0));
+      if (sh.defined()) {
+        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+          at::Tensor x = sh.narrow(0, 32, big);
+          x.copy_(f_times(pg->rank() + 1, big, 0, at::kFloat));
+          pg->allreduce(x, {op})->wait();
+          expect(std::string("shared allreduce ") + comm::reduce_op_name(op), x,
+                 f_times(op == ReduceOp::Sum ? p * (p + 1) / 2.0 : (p + 1) / 2.0, big, 0,
+                         at::kFloat));
+        }
+      }
+    }
     // A second group beside the first (same launch environment, same store): ops on
     // both interleave without crosstalk.
     auto pg2 = lockstep::init();
