@@ -1,13 +1,26 @@
 # lockstep: the commands a new user runs. Everything installs itself from Debian's packages.
 BUILD ?= build
 JOBS  ?= 2
+# CI (CI=true) turns warnings into errors; a user's build only warns.
+WERROR ?= $(if $(filter true 1,$(CI)),ON,OFF)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 CTEST_FLAGS ?=
 NPROC ?= 2
 # ccache keys on paths relative to the checkout, so a fresh clone elsewhere reuses the cache.
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all deps deps-bench configure build test demo demo-fashion-mnist bench clean
+# What the sanitizer runs build and run: the unit tests of the library's lower layers and
+# the multi-process comm, compression and DDP tests on shm and gloo (docs/development.md).
+SAN_TARGETS := unit_launch unit_comm unit_data unit_ddp unit_compress lockstep-run \
+               collectives_check ddp_equivalence compress_check
+SAN_TESTS   := ^(unit_(launch|comm|data|ddp|compress)\.|(collectives|compress|ddp_equivalence|mismatch_detected)_(shm|gloo)_)
+SAN_FLAGS   := -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOCKSTEP_BUILD_BENCH=OFF -DLOCKSTEP_WITH_MPI=OFF
+export ASAN_OPTIONS  ?= detect_leaks=0:abort_on_error=1:strict_string_checks=1
+export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS  ?= halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/scripts/tsan.supp
+
+.PHONY: all deps deps-bench configure build test test-asan test-tsan test-nompi lint format \
+        demo demo-fashion-mnist bench clean
 
 all: build
 
@@ -19,14 +32,40 @@ deps-bench:
 
 # Always (re)configure: cheap when nothing changed, and a failed first configure is retried.
 configure: deps
-	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DLOCKSTEP_WERROR=$(WERROR)
 
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)
 
-# The whole suite: unit, multi-process (every backend, 1-4 ranks) and fault tests.
+# The whole suite: unit, layer check, multi-process (every backend, 1-4 ranks) and fault tests.
 test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600 $(CTEST_FLAGS)
+
+# AddressSanitizer + UndefinedBehaviorSanitizer, and ThreadSanitizer, over SAN_TESTS.
+test-asan: deps
+	cmake -S . -B build-asan $(SAN_FLAGS) -DLOCKSTEP_SANITIZE=address,undefined -DLOCKSTEP_WERROR=$(WERROR)
+	cmake --build build-asan -j$(JOBS) --target $(SAN_TARGETS)
+	cd build-asan && ctest --output-on-failure -R '$(SAN_TESTS)' $(CTEST_FLAGS)
+
+test-tsan: deps
+	cmake -S . -B build-tsan $(SAN_FLAGS) -DLOCKSTEP_SANITIZE=thread -DLOCKSTEP_WERROR=$(WERROR)
+	cmake --build build-tsan -j$(JOBS) --target $(SAN_TARGETS)
+	cd build-tsan && ctest --output-on-failure -R '$(SAN_TESTS)' $(CTEST_FLAGS)
+
+# The build without MPI (LOCKSTEP_WITH_MPI=OFF): comm and its tests, and the clear error
+# a user gets when asking for the mpi backend.
+test-nompi: deps
+	cmake -S . -B build-nompi -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_WITH_MPI=OFF \
+	  -DLOCKSTEP_BUILD_BENCH=OFF -DLOCKSTEP_WERROR=$(WERROR)
+	cmake --build build-nompi -j$(JOBS) --target unit_comm lockstep-run collectives_check
+	cd build-nompi && ctest --output-on-failure -R '^(unit_comm\.|collectives_(shm|gloo)_np2|no_mpi_)' $(CTEST_FLAGS)
+
+# clang-format (check only) and clang-tidy (.clang-tidy) over the library, apps and tests.
+lint: configure
+	bash scripts/lint.sh $(BUILD)
+
+format:
+	git ls-files '*.cpp' '*.h' | xargs clang-format -i
 
 # The main job: the recommender pipeline (generate client event logs, train the client
 # time series model with DDP on $(NPROC) local ranks, backtest, quality gate, export).
@@ -47,4 +86,4 @@ bench: deps-bench build
 	$(BUILD)/bench/lockstep-bench train
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-asan build-tsan build-nompi

@@ -1,7 +1,12 @@
 #include "bench_util.h"
 
+#include <lockstep/comm/process_group.h>
+
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -21,22 +26,54 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-std::vector<double> time_runs(const std::function<void()>& fn, const std::function<void()>& sync,
-                              int warmup, int min_iters, int max_iters, double min_seconds) {
-  for (int i = 0; i < warmup; ++i) {
-    sync();
-    fn();
-  }
+std::vector<double> time_runs(const std::function<void()>& fn, comm::ProcessGroup* group,
+                              const RunCount& count) {
+  auto sync = [&] {
+    if (group) group->barrier()->wait();
+  };
   std::vector<double> times;
-  const double start = now_s();
-  while ((int)times.size() < max_iters &&
-         ((int)times.size() < min_iters || now_s() - start < min_seconds)) {
+  auto timed_run = [&] {
     sync();
     const double t0 = now_s();
     fn();
     times.push_back(now_s() - t0);
+  };
+  for (int i = 0; i < count.warmup; ++i) {
+    sync();
+    fn();
+  }
+  const double start = now_s();
+  for (int i = 0; i < count.min_iters; ++i) timed_run();
+  // Taken on every rank alike (count is the same everywhere), so the broadcast below is
+  // issued by all ranks or by none.
+  if (count.max_iters > count.min_iters) {
+    const int64_t room = count.max_iters - count.min_iters;
+    const double elapsed = now_s() - start;
+    int64_t more = 0;
+    if (elapsed < count.min_seconds) {
+      const double per_run = count.min_iters > 0 ? elapsed / count.min_iters : 0;
+      more = per_run > 0 ? static_cast<int64_t>(std::ceil((count.min_seconds - elapsed) / per_run))
+                         : room;
+      more = std::min(more, room);
+    }
+    if (group) more = decided_by_rank0(*group, more);
+    for (int64_t i = 0; i < more; ++i) timed_run();
   }
   return times;
+}
+
+int64_t decided_by_rank0(comm::ProcessGroup& group, int64_t v) {
+  auto t = at::full({1}, v, at::kLong);
+  group.broadcast(t)->wait();  // root 0
+  return t.item<int64_t>();
+}
+
+bool true_on_all_ranks(comm::ProcessGroup& group, bool ok) {
+  auto t = at::full({1}, ok ? 1 : 0, at::kInt);
+  comm::AllreduceOptions o;
+  o.op = comm::ReduceOp::Min;
+  group.allreduce(t, o)->wait();
+  return t.item<int>() == 1;
 }
 
 int64_t parse_size(const std::string& s) {
@@ -44,9 +81,12 @@ int64_t parse_size(const std::string& s) {
   double v = std::stod(s, &pos);
   std::string unit = s.substr(pos);
   int64_t mult = 1;
-  if (unit == "KiB" || unit == "K" || unit == "k") mult = 1 << 10;
-  else if (unit == "MiB" || unit == "M") mult = 1 << 20;
-  else if (unit == "GiB" || unit == "G") mult = 1LL << 30;
+  if (unit == "KiB" || unit == "K" || unit == "k")
+    mult = 1 << 10;
+  else if (unit == "MiB" || unit == "M")
+    mult = 1 << 20;
+  else if (unit == "GiB" || unit == "G")
+    mult = 1LL << 30;
   else if (!unit.empty() && unit != "B")
     throw std::invalid_argument("size '" + s + "': unit must be B, KiB, MiB or GiB");
   return static_cast<int64_t>(v * mult);
@@ -54,19 +94,30 @@ int64_t parse_size(const std::string& s) {
 
 std::string format_size(int64_t b) {
   char buf[32];
-  if (b >= (1LL << 30) && b % (1LL << 30) == 0) std::snprintf(buf, sizeof buf, "%lldGiB", (long long)(b >> 30));
-  else if (b >= (1 << 20) && b % (1 << 20) == 0) std::snprintf(buf, sizeof buf, "%lldMiB", (long long)(b >> 20));
-  else if (b >= (1 << 10) && b % (1 << 10) == 0) std::snprintf(buf, sizeof buf, "%lldKiB", (long long)(b >> 10));
-  else std::snprintf(buf, sizeof buf, "%lldB", (long long)b);
+  if (b >= (1LL << 30) && b % (1LL << 30) == 0)
+    std::snprintf(buf, sizeof buf, "%lldGiB", (long long)(b >> 30));
+  else if (b >= (1 << 20) && b % (1 << 20) == 0)
+    std::snprintf(buf, sizeof buf, "%lldMiB", (long long)(b >> 20));
+  else if (b >= (1 << 10) && b % (1 << 10) == 0)
+    std::snprintf(buf, sizeof buf, "%lldKiB", (long long)(b >> 10));
+  else
+    std::snprintf(buf, sizeof buf, "%lldB", (long long)b);
   return buf;
 }
 
 std::vector<int64_t> parse_sizes(const std::string& csv) {
   std::vector<int64_t> out;
-  std::stringstream ss(csv);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(parse_size(item));
+  for (const auto& item : split_csv(csv)) out.push_back(parse_size(item));
+  return out;
+}
+
+std::vector<std::string> split_csv(const std::string& csv) {
+  std::vector<std::string> out;
+  for (size_t b = 0, e; b <= csv.size(); b = e + 1) {
+    e = csv.find(',', b);
+    if (e == std::string::npos) e = csv.size();
+    if (e > b) out.push_back(csv.substr(b, e - b));
+  }
   return out;
 }
 
@@ -74,7 +125,9 @@ double memcpy_gbps(int64_t bytes) {
   std::unique_ptr<char[]> a(new char[bytes]), b(new char[bytes]);
   std::memset(a.get(), 1, bytes);
   std::memset(b.get(), 2, bytes);
-  std::vector<double> t = time_runs([&] { std::memcpy(b.get(), a.get(), bytes); }, [] {}, 1, 5, 20, 0.5);
+  std::vector<double> t =
+      time_runs([&] { std::memcpy(b.get(), a.get(), bytes); }, nullptr,
+                {.warmup = 1, .min_iters = 5, .max_iters = 20, .min_seconds = 0.5});
   return bytes / median(t) / 1e9;
 }
 

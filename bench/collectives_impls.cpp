@@ -1,6 +1,7 @@
 #include "collectives_impls.h"
 
 #include "bench_util.h"
+#include "jobs.h"
 
 #include <lockstep/lockstep.h>
 
@@ -13,26 +14,13 @@
 #include <mpi.h>
 #endif
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <sstream>
 #include <stdexcept>
 
 namespace lockstep::bench {
 namespace {
 
-constexpr int kWarmup = 2;
-constexpr int kMinIters = 5;
-constexpr int kMaxIters = 50;
-constexpr double kMinSeconds = 0.3;
-
-// Buffers of one size for every op; rank r contributes r+1 everywhere.
-struct Buffers {
-  at::Tensor a, b;
-};
+// Warm-up, then at least 5 runs and 0.3 s (rank 0's clock decides for every rank).
+constexpr RunCount kRuns{.warmup = 2, .min_iters = 5, .max_iters = 50, .min_seconds = 0.3};
 
 class Base : public CollectiveImpl {
  public:
@@ -43,14 +31,19 @@ class Base : public CollectiveImpl {
     at::Tensor in, out;
     if (op == "allreduce") in = out = allreduce_buffer(n);
     if (op == "allgather") in = at::empty({part}, at::kFloat), out = at::empty({n}, at::kFloat);
-    if (op == "reduce_scatter") in = at::empty({n}, at::kFloat), out = at::empty({part}, at::kFloat);
-    in.fill_(r + 1);
-    auto times = time_runs([&] { run(op, out, in); }, [&] { control_.barrier()->wait(); },
-                           kWarmup, kMinIters, kMaxIters, kMinSeconds);
+    if (op == "reduce_scatter")
+      in = at::empty({n}, at::kFloat), out = at::empty({part}, at::kFloat);
+    in.fill_(r + 1);  // rank r contributes r+1 everywhere
+    auto times = time_runs([&] { run(op, out, in); }, &control_, kRuns);
     in.fill_(r + 1);
     run(op, out, in);
-    verify(op, out, p);
-    // Every rank reports rank 0's median; the slowest rank sets the pace anyway.
+    // Every rank learns whether any rank got a wrong result, so all throw together
+    // instead of the others waiting in the next collective for the one that threw.
+    const std::string wrong = check(op, out, p);
+    if (!true_on_all_ranks(control_, wrong.empty()))
+      throw std::runtime_error(name() + " " + op + ": " +
+                               (wrong.empty() ? "wrong result on another rank" : wrong));
+    // Every rank reports the largest median: the slowest rank sets the pace anyway.
     auto t = at::full({1}, median(times), at::kDouble);
     control_.allreduce(t, {comm::ReduceOp::Max})->wait();
     return t.item<double>();
@@ -60,17 +53,19 @@ class Base : public CollectiveImpl {
   virtual void run(const std::string& op, at::Tensor& out, at::Tensor& in) = 0;
   virtual at::Tensor allreduce_buffer(int64_t n) { return at::empty({n}, at::kFloat); }
 
-  static void verify(const std::string& op, const at::Tensor& out, int p) {
-    if (out.numel() == 0) return;
+  // Against the closed form; returns what is wrong, or "" if nothing.
+  static std::string check(const std::string& op, const at::Tensor& out, int p) {
+    if (out.numel() == 0) return "";
     if (op == "allgather") {
       const int64_t part = out.numel() / p;
       for (int q = 0; q < p; ++q)
         if (!at::all(out.narrow(0, q * part, part) == float(q + 1)).item<bool>())
-          throw std::runtime_error("allgather result is wrong");
-      return;
+          return "allgather result is wrong (part of rank " + std::to_string(q) + ")";
+      return "";
     }
     const float want = p * (p + 1) / 2.0f;
-    if (!at::all(out == want).item<bool>()) throw std::runtime_error(op + " result is wrong");
+    if (!at::all(out == want).item<bool>()) return op + " result is wrong";
+    return "";
   }
 
   comm::ProcessGroup& control_;
@@ -89,9 +84,12 @@ class Lockstep : public Base {
 
  protected:
   void run(const std::string& op, at::Tensor& out, at::Tensor& in) override {
-    if (op == "allreduce") pg_->allreduce(in)->wait();
-    else if (op == "allgather") pg_->allgather(out, in)->wait();
-    else pg_->reduce_scatter(out, in)->wait();
+    if (op == "allreduce")
+      pg_->allreduce(in)->wait();
+    else if (op == "allgather")
+      pg_->allgather(out, in)->wait();
+    else
+      pg_->reduce_scatter(out, in)->wait();
   }
   std::shared_ptr<comm::ProcessGroup> pg_;
 };
@@ -111,19 +109,6 @@ class LockstepShared : public Lockstep {
     return t;
   }
 };
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 // c10d's ProcessGroupGloo exactly as PyTorch users get it (loopback device, 2 threads).
 class C10dGloo : public Base {
@@ -187,18 +172,21 @@ class MpiRaw : public Base {
 }  // namespace
 
 std::vector<std::unique_ptr<CollectiveImpl>> make_impls(const std::string& impls,
-                                                         comm::ProcessGroup& control) {
+                                                        comm::ProcessGroup& control) {
   std::vector<std::unique_ptr<CollectiveImpl>> out;
-  std::stringstream ss(impls);
-  std::string name;
-  while (std::getline(ss, name, ',')) {
-    if (name == "shm" || name == "gloo" || name == "mpi") out.push_back(std::make_unique<Lockstep>(name, control));
-    else if (name == "shm-shared") out.push_back(std::make_unique<LockstepShared>(control));
-    else if (name == "c10d-gloo") out.push_back(std::make_unique<C10dGloo>(control));
+  for (const std::string& name : split_csv(impls)) {
+    if (name == "shm" || name == "gloo" || name == "mpi")
+      out.push_back(std::make_unique<Lockstep>(name, control));
+    else if (name == "shm-shared")
+      out.push_back(std::make_unique<LockstepShared>(control));
+    else if (name == "c10d-gloo")
+      out.push_back(std::make_unique<C10dGloo>(control));
 #ifdef LOCKSTEP_HAVE_MPI
-    else if (name == "mpi-raw") out.push_back(std::make_unique<MpiRaw>(control));
+    else if (name == "mpi-raw")
+      out.push_back(std::make_unique<MpiRaw>(control));
 #endif
-    else throw std::invalid_argument("unknown implementation '" + name + "'");
+    else
+      throw std::invalid_argument("unknown implementation '" + name + "'");
   }
   return out;
 }

@@ -22,6 +22,6 @@ class CollectiveImpl {
 // impls: comma list of shm, gloo, mpi (lockstep's backends), c10d-gloo, mpi-raw (peers).
 // `control` is the coordinating group (rendezvous of the peers, barriers).
 std::vector<std::unique_ptr<CollectiveImpl>> make_impls(const std::string& impls,
-                                                         comm::ProcessGroup& control);
+                                                        comm::ProcessGroup& control);
 
 }  // namespace lockstep::bench

@@ -8,52 +8,36 @@
 //   ip netns exec NS lockstep-run --nproc-per-node N --master-port 0 SELF compression --worker
 // with LOCKSTEP_BACKEND=gloo; workers print "RESULT key seconds" lines on rank 0.
 #include "bench_util.h"
+#include "commands.h"
+#include "jobs.h"
 
 #include <lockstep/compress/compressed_allreduce.h>
 #include <lockstep/lockstep.h>
-#include <lockstep/compress/ddp_hook.h>
-#include <lockstep/ddp/ddp.h>
 #include <lockstep/models/mlp.h>
+#include <lockstep/parallel/ddp/ddp.h>
+#include <lockstep/parallel/hooks/qsgd_hook.h>
 #include <torch/torch.h>
 
 #include <ATen/ATen.h>
 
+#include <unistd.h>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
 #include <map>
+#include <memory>
 #include <random>
-#include <unistd.h>
 
 namespace lockstep::bench {
 namespace {
 
-struct Args {
-  bool worker = false, skip_net = false;
+struct Options {
   int nproc = 2, steps = 5;
   std::string rates = "1gbit,10gbit";
+  bool skip_net = false;
+  bool worker = false;
 };
-
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 0; i < argc; ++i) {
-    std::string k = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument(k + " needs a value");
-      return argv[++i];
-    };
-    if (k == "--worker") a.worker = true;
-    else if (k == "--skip-net") a.skip_net = true;
-    else if (k == "--nproc") a.nproc = std::stoi(val());
-    else if (k == "--steps") a.steps = std::stoi(val());
-    else if (k == "--rates") a.rates = val();
-    else throw std::invalid_argument("unknown option " + k +
-        " (compression [--nproc N] [--rates 1gbit,10gbit] [--steps N] [--skip-net])");
-  }
-  return a;
-}
 
 double cpu_now() {  // this thread's CPU time: "per core" throughput, immune to other load
   timespec t;
@@ -85,7 +69,8 @@ void codec_table() {
     double worst = 0;  // verification: |err| < unit in every bucket
     for (int64_t b = 0; b < n; b += 128) {
       float lo = x[size_t(b)], hi = lo;
-      for (int64_t i = b; i < b + 128; ++i) lo = std::min(lo, x[size_t(i)]), hi = std::max(hi, x[size_t(i)]);
+      for (int64_t i = b; i < b + 128; ++i)
+        lo = std::min(lo, x[size_t(i)]), hi = std::max(hi, x[size_t(i)]);
       const double unit = unit_for(lo, hi, bits);
       for (int64_t i = b; i < b + 128; ++i)
         worst = std::max(worst, std::fabs(double(y[size_t(i)]) - x[size_t(i)]) / unit);
@@ -94,70 +79,69 @@ void codec_table() {
     t.add({std::to_string(bits), fmt(gb / e), fmt(gb / dd), fmt(gb / (e + dd)),
            fmt(double(n) * 4 / double(buf.size()), 1) + "x", fmt(worst, 3)});
   }
-  std::printf("QSGD codec, float32, bucket 128, stochastic rounding, 1 core (thread CPU time, median of 5):\n%s",
-              t.str().c_str());
+  std::printf(
+      "QSGD codec, float32, bucket 128, stochastic rounding, 1 core (thread CPU time, median of "
+      "5):\n%s",
+      t.str().c_str());
 }
 
 // ---------------------------------------------------------------- worker (one rank)
 
-void result(int rank, const std::string& key, double v) {
-  if (rank == 0) std::printf("RESULT %s %.6f\n", key.c_str(), v);
-  std::fflush(stdout);
-}
-
-int run_worker(const Args& a) {
+// The allreduce of 64 MiB of float32, plain and QSGD at 8, 4 and 2 bits.
+void time_allreduce(ProcessGroup& g) {
   using namespace lockstep::compress;
-  auto g = lockstep::init();
-  const int P = g->size(), me = g->rank();
-  const int64_t n = 16 << 20;  // 64 MiB float32
+  const int64_t n = 16 << 20;
   at::Tensor t = at::randn({n});
-  auto sync = [&] { g->barrier()->wait(); };
+  // At least 3 runs and 1 s, at most 5: rank 0's clock decides for every rank.
+  const RunCount runs{.warmup = 1, .min_iters = 3, .max_iters = 5, .min_seconds = 1.0};
   t.fill_(1.0f);
-  auto plain = time_runs([&] { g->allreduce(t)->wait(); }, sync, 1, 3, 5, 1.0);
-  result(me, "allreduce_fp32", median(plain));
+  report_result(g.rank(), "allreduce_fp32",
+                median(time_runs([&] { g.allreduce(t)->wait(); }, &g, runs)));
   for (int bits : {8, 4, 2}) {
     QsgdOptions o;
     o.bits = bits;
     o.min_layer = 0;
     o.exclude = {};
-    CompressedAllreduce plan(o, {{"w", 0, n}}, n, P);
+    CompressedAllreduce plan(o, {{"w", 0, n}}, n, g.size());
     t.normal_();
-    auto runs = time_runs([&] { plan.run(*g, t, true); }, sync, 1, 3, 5, 1.0);
-    result(me, "allreduce_q" + std::to_string(bits), median(runs));
+    report_result(g.rank(), "allreduce_q" + std::to_string(bits),
+                  median(time_runs([&] { plan.run(g, t, true); }, &g, runs)));
   }
-  // DDP step of the 21M-parameter MLP, batch 64 per rank, SGD; plain vs the 4-bit hook.
-  for (int hook = 0; hook < 2; ++hook) {
-    torch::manual_seed(0);
-    lockstep::models::Mlp model(std::vector<int64_t>{1024, 4096, 4096, 10});
-    lockstep::ddp::DistributedDataParallel ddp(model, g);
-    if (hook) {
-      QsgdOptions o;
-      o.bits = 4;
-      o.use_env = false;
-      ddp.register_comm_hook(qsgd(o));
-    }
-    torch::optim::SGD opt(ddp.parameters(), 0.01);
-    at::Tensor xb = torch::randn({64, 1024}), yb = torch::randint(0, 10, {64});
-    auto step = [&] {
-      opt.zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(ddp(xb), yb);
-      loss.backward();
-      opt.step();
-    };
-    auto runs = time_runs(step, sync, 2, a.steps, a.steps, 0.0);
-    result(me, hook ? "ddp_step_q4" : "ddp_step_fp32", median(runs));
+}
+
+// The DDP step of the 21M-parameter MLP, batch 64 per rank, SGD; plain or the 4-bit hook.
+void time_ddp_step(const std::shared_ptr<ProcessGroup>& g, bool hook, int steps) {
+  torch::manual_seed(0);
+  lockstep::models::Mlp model(std::vector<int64_t>{1024, 4096, 4096, 10});
+  lockstep::ddp::DistributedDataParallel ddp(model, g);
+  if (hook) {
+    compress::QsgdOptions o;
+    o.bits = 4;
+    o.use_env = false;
+    ddp.register_comm_hook(compress::qsgd(o));
   }
+  torch::optim::SGD opt(ddp.parameters(), 0.01);
+  at::Tensor xb = torch::randn({64, 1024}), yb = torch::randint(0, 10, {64});
+  auto step = [&] {
+    opt.zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(ddp(xb), yb);
+    loss.backward();
+    opt.step();
+  };
+  auto runs = time_runs(step, g.get(),
+                        {.warmup = 2, .min_iters = steps, .max_iters = steps, .min_seconds = 0});
+  report_result(g->rank(), hook ? "ddp_step_q4" : "ddp_step_fp32", median(runs));
+}
+
+int run_worker(const Options& o) {
+  auto g = lockstep::init();
+  time_allreduce(*g);
+  for (bool hook : {false, true}) time_ddp_step(g, hook, o.steps);
   g->barrier()->wait();
   return 0;
 }
 
 // ---------------------------------------------------------------- driver
-
-std::string self_exe() {
-  char buf[4096];
-  ssize_t k = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return k > 0 ? std::string(buf, size_t(k)) : "lockstep-bench";
-}
 
 std::string g_netns;  // for the signal handler: remove the namespace on ctrl-C
 void remove_netns() {
@@ -176,64 +160,39 @@ struct NetnsGuard {  // removes the namespace on every exit path, exceptions inc
   ~NetnsGuard() { remove_netns(); }
 };
 
-std::map<std::string, double> run_job(const std::string& cmd) {
-  std::printf("$ %s\n", cmd.c_str());
-  std::fflush(stdout);
-  std::map<std::string, double> r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char line[512];
-  while (std::fgets(line, sizeof line, p)) {
-    char key[128];
-    double v;
-    // lockstep-run prefixes worker lines with "[rank N] ".
-    const char* l = line;
-    if (l[0] == '[') {
-      const char* e = std::strchr(l, ']');
-      if (e) l = e + (e[1] == ' ' ? 2 : 1);
-    }
-    if (std::sscanf(l, "RESULT %127s %lf", key, &v) == 2) r[key] = v;
-    else std::fputs(line, stdout);
-  }
-  if (pclose(p) != 0) std::fprintf(stderr, "worker job failed: %s\n", cmd.c_str());
-  return r;
-}
-
-int run_driver(const Args& a) {
-  codec_table();
-  if (a.skip_net) return 0;
+// Creates the namespace g_netns names, with its loopback up; false if not permitted.
+bool create_netns() {
   g_netns = "lockstep-bench-" + std::to_string(getpid());
-  NetnsGuard guard;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   if (std::system(("ip netns add " + g_netns + " 2>/dev/null").c_str()) != 0 ||
       std::system(("ip netns exec " + g_netns + " ip link set lo up").c_str()) != 0) {
     g_netns.clear();
-    std::printf("\nthin-link runs skipped: creating a network namespace is not permitted here "
-                "(needs root / CAP_NET_ADMIN and iproute2)\n");
-    return 0;
+    return false;
   }
-  std::map<std::string, std::map<std::string, double>> all;
-  std::vector<std::string> rates;
-  for (size_t s = 0, e; s < a.rates.size(); s = e + 1) {
-    e = a.rates.find(',', s);
-    if (e == std::string::npos) e = a.rates.size();
-    rates.push_back(a.rates.substr(s, e - s));
+  return true;
+}
+
+using Results = std::map<std::string, double>;  // RESULT key -> seconds
+
+// The worker job over loopback shaped to `rate`; empty if tc cannot shape it.
+Results run_rate(const Options& o, const std::string& rate) {
+  // burst must exceed the loopback MTU (64 KiB); 4 MiB keeps tbf accurate at 10 Gbit/s.
+  const std::string tc = "ip netns exec " + g_netns + " tc qdisc replace dev lo root tbf rate " +
+                         rate + " burst 4mb latency 100ms";
+  if (std::system(tc.c_str()) != 0) {
+    std::printf("tc tbf failed for %s; skipped\n", rate.c_str());
+    return {};
   }
-  for (const auto& rate : rates) {
-    // burst must exceed the loopback MTU (64 KiB); 4 MiB keeps tbf accurate at 10 Gbit/s.
-    const std::string tc = "ip netns exec " + g_netns + " tc qdisc replace dev lo root tbf rate " +
-                           rate + " burst 4mb latency 100ms";
-    if (std::system(tc.c_str()) != 0) {
-      std::printf("tc tbf failed for %s; skipped\n", rate.c_str());
-      continue;
-    }
-    std::printf("\n== loopback shaped to %s, %d ranks, gloo ==\n", rate.c_str(), a.nproc);
-    all[rate] = run_job("LOCKSTEP_BACKEND=gloo LOCKSTEP_TIMEOUT_S=600 ip netns exec " + g_netns +
-                        " '" LOCKSTEP_RUN_PATH "' --nproc-per-node " + std::to_string(a.nproc) +
-                        " --master-port 0 '" + self_exe() + "' compression --worker --steps " +
-                        std::to_string(a.steps) + " 2>&1");
-  }
+  std::printf("\n== loopback shaped to %s, %d ranks, gloo ==\n", rate.c_str(), o.nproc);
+  return run_job("LOCKSTEP_BACKEND=gloo LOCKSTEP_TIMEOUT_S=600 ip netns exec " + g_netns +
+                 " '" LOCKSTEP_RUN_PATH "' --nproc-per-node " + std::to_string(o.nproc) +
+                 " --master-port 0 " + self_command() + " compression --worker --steps " +
+                 std::to_string(o.steps));
+}
+
+void print_thin_link_table(const std::vector<std::string>& rates,
+                           std::map<std::string, Results>& all) {
   auto cell = [&](const std::string& rate, const std::string& k) {
     auto it = all[rate].find(k);
     return it == all[rate].end() ? std::string("n/a") : fmt(it->second * 1e3, 1);
@@ -252,16 +211,46 @@ int run_driver(const Args& a) {
     t.add({rate, "DDP step MLP 21M", cell(rate, "ddp_step_fp32"), "", cell(rate, "ddp_step_q4"), "",
            ratio(rate, "ddp_step_fp32", "ddp_step_q4") + " (4-bit)"});
   }
-  std::printf("\ncompressed allreduce over thin links (median ms; targets at 1gbit: 4-bit allreduce "
-              ">= 4x, DDP step >= 2.5x):\n%s", t.str().c_str());
+  std::printf(
+      "\ncompressed allreduce over thin links (median ms; targets at 1gbit: 4-bit allreduce "
+      ">= 4x, DDP step >= 2.5x):\n%s",
+      t.str().c_str());
+}
+
+int run_driver(const Options& o) {
+  codec_table();
+  if (o.skip_net) return 0;
+  NetnsGuard guard;
+  if (!create_netns()) {
+    std::printf(
+        "\nthin-link runs skipped: creating a network namespace is not permitted here "
+        "(needs root / CAP_NET_ADMIN and iproute2)\n");
+    return 0;
+  }
+  const std::vector<std::string> rates = split_csv(o.rates);
+  std::map<std::string, Results> all;
+  for (const auto& rate : rates) all[rate] = run_rate(o, rate);
+  print_thin_link_table(rates, all);
   return 0;
 }
 
 }  // namespace
 
-int compression_main(int argc, char** argv) {
-  Args a = parse(argc, argv);
-  return a.worker ? run_worker(a) : run_driver(a);
+Command compression_command(CLI::App& bench) {
+  auto o = std::make_shared<Options>();
+  CLI::App* app =
+      bench.add_subcommand("compression",
+                           "QSGD codec throughput, and the compressed allreduce and DDP step over "
+                           "shaped loopback links, uncompressed vs QSGD");
+  app->add_option("--nproc", o->nproc, "ranks")->check(CLI::PositiveNumber)->capture_default_str();
+  app->add_option("--rates", o->rates, "link rates (tc tbf), comma-separated")
+      ->capture_default_str();
+  app->add_option("--steps", o->steps, "timed DDP steps")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app->add_flag("--skip-net", o->skip_net, "only the codec table (no network namespace)");
+  app->add_flag("--worker", o->worker)->group(kWorkerOnly);
+  return {app, [o] { return o->worker ? run_worker(*o) : run_driver(*o); }};
 }
 
 }  // namespace lockstep::bench

@@ -20,71 +20,21 @@
 // ratio, and writes the CSV. A config "shm:view" runs shm with gradient_as_bucket_view,
 // "shm:private" with DDPOptions::shared_buckets off (buckets in private memory).
 #include "bench_util.h"
+#include "commands.h"
 #include "ddp_bench.h"
+#include "jobs.h"
 
 #include <lockstep/launch/rank_env.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <map>
-#include <netinet/in.h>
-#include <sstream>
-#include <stdexcept>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <memory>
 
 namespace lockstep::bench {
 namespace {
-
-std::vector<std::string> split_csv(const std::string& s) {
-  std::vector<std::string> out;
-  for (size_t b = 0, e; b <= s.size(); b = e + 1) {
-    e = s.find(',', b);
-    if (e == std::string::npos) e = s.size();
-    if (e > b) out.push_back(s.substr(b, e - b));
-  }
-  return out;
-}
-
-DdpArgs parse(int argc, char** argv) {
-  DdpArgs a;
-  for (int i = 0; i < argc; ++i) {
-    std::string k = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument(k + " needs a value");
-      return argv[++i];
-    };
-    if (k == "--worker") a.worker = true;
-    else if (k == "--backend") a.backend = val();
-    else if (k == "--view") a.view = true;
-    else if (k == "--private") a.private_buckets = true;
-    else if (k == "--profile") a.profile = true;
-    else if (k == "--skip-peer") a.skip_peer = true;
-    else if (k == "--nproc") a.nprocs = val();
-    else if (k == "--configs") a.configs = val();
-    else if (k == "--steps") a.steps = std::stoi(val());
-    else if (k == "--warmup") a.warmup = std::stoi(val());
-    else if (k == "--rounds") a.rounds = std::stoi(val());
-    else if (k == "--batch") a.batch = std::stoi(val());
-    else if (k == "--out") a.out = val();
-    else if (k == "--python") a.python = val();
-    else if (k == "--peer-script") a.peer_script = val();
-    else throw std::invalid_argument(
-        "unknown option " + k +
-        " (ddp [--nproc 1,2] [--configs shm,gloo,mpi,shm:view,shm:private] [--steps N] [--warmup N] "
-        "[--rounds N] [--out FILE] [--skip-peer] [--python PATH] [--profile])");
-  }
-  return a;
-}
-
-std::string self_exe() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, size_t(n)) : "lockstep-bench";
-}
 
 std::string loadavg() {
   std::ifstream f("/proc/loadavg");
@@ -93,44 +43,14 @@ std::string loadavg() {
   return a + " " + b + " " + c;
 }
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof sa;
-  int port = 29511;
-  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0)
-    port = ntohs(sa.sin_port);
-  if (fd >= 0) close(fd);
-  return port;
-}
-
-// Runs a shell command; returns its RESULT lines, echoes everything else.
-std::map<std::string, double> run_job(const std::string& cmd) {
-  std::printf("$ %s\n", cmd.c_str());
-  std::fflush(stdout);
-  std::map<std::string, double> r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char line[1024];
-  while (std::fgets(line, sizeof line, p)) {
-    char key[128];
-    double v;
-    const char* at = std::strstr(line, "RESULT ");  // lockstep-run prefixes "[rank 0] "
-    if (at && std::sscanf(at, "RESULT %127s %lf", key, &v) == 2) r[key] = v;
-    else std::fputs(line, stdout);
-  }
-  if (pclose(p) != 0) std::fprintf(stderr, "job failed: %s\n", cmd.c_str());
-  return r;
-}
+// ---------------------------------------------------------------- the jobs
 
 // Every side runs with the same environment: one compute thread, and glibc malloc as
 // lockstep-run sets it up (large tensors stay in the heap; see docs/launcher.md).
 std::string rank_env_prefix() {
   std::string env = "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 ";
-  for (const auto& [k, v] : launch::malloc_defaults({})) env += k + "=" + v + " ";
+  for (const auto& [k, v] : launch::malloc_defaults({}))
+    env.append(k).append("=").append(v).append(" ");
   return env;
 }
 const std::string kRankEnv = rank_env_prefix();
@@ -145,14 +65,13 @@ std::string lockstep_cmd(const DdpArgs& a, const std::string& config, int n) {
   const size_t colon = config.find(':');
   const std::string backend = config.substr(0, colon);
   const std::string variant = colon == std::string::npos ? "" : config.substr(colon + 1);
-  const std::string self = "'" + self_exe() + "'";
-  const std::string flags = worker_flags(a) + " --backend " + backend +
-                            (variant.empty() ? "" : " --" + variant);
+  const std::string flags =
+      worker_flags(a) + " --backend " + backend + (variant.empty() ? "" : " --" + variant);
   if (backend == "mpi")
-    return kRankEnv + "'" LOCKSTEP_MPIRUN_PATH "' -np " + std::to_string(n) +
-           " " + self + flags;
-  return kRankEnv + "LOCKSTEP_BACKEND=" + backend + " '" LOCKSTEP_RUN_PATH
-         "' --nproc-per-node " + std::to_string(n) + " --master-port 0 " + self + flags;
+    return kRankEnv + "'" LOCKSTEP_MPIRUN_PATH "' -np " + std::to_string(n) + " " + self_command() +
+           flags;
+  return kRankEnv + "LOCKSTEP_BACKEND=" + backend + " '" LOCKSTEP_RUN_PATH "' --nproc-per-node " +
+         std::to_string(n) + " --master-port 0 " + self_command() + flags;
 }
 
 std::string peer_script(const DdpArgs& a) {
@@ -169,188 +88,286 @@ std::string peer_cmd(const DdpArgs& a, int n) {
                            std::to_string(a.batch);
   std::string cmd = "(";
   for (int r = n - 1; r >= 0; --r) {
-    cmd += kRankEnv + "RANK=" + std::to_string(r) + " WORLD_SIZE=" +
-           std::to_string(n) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " '" + a.python +
-           "'" + args + (r ? " >/dev/null & " : "; wait)");
+    cmd.append(kRankEnv).append("RANK=").append(std::to_string(r));
+    cmd.append(" WORLD_SIZE=").append(std::to_string(n));
+    cmd.append(" MASTER_ADDR=127.0.0.1 MASTER_PORT=").append(port);
+    cmd.append(" '").append(a.python).append("'").append(args);
+    cmd.append(r ? " >/dev/null & " : "; wait)");
   }
   return cmd;
 }
 
-using Result = std::map<std::string, double>;
+using Result = std::map<std::string, double>;                   // RESULT key -> value
+using RawResults = std::map<std::string, std::vector<Result>>;  // "impl|ranks" -> per round
+std::string result_key(const std::string& impl, const std::string& ns) { return impl + "|" + ns; }
 
-// Median over rounds, key by key.
-Result combine(const std::vector<Result>& rounds) {
-  std::map<std::string, std::vector<double>> all;
-  for (const auto& r : rounds)
-    for (const auto& [k, v] : r) all[k].push_back(v);
-  Result out;
-  for (auto& [k, v] : all) out[k] = median(v);
-  return out;
-}
-
-int run_driver(const DdpArgs& a) {
-  const auto nprocs = split_csv(a.nprocs);
-  const auto configs = split_csv(a.configs);
-  for (const auto& c : configs) {
-    const std::string b = c.substr(0, c.find(':')), v = c.substr(std::min(c.size(), b.size() + 1));
-    if ((b != "shm" && b != "gloo" && b != "mpi") || (v != "" && v != "view" && v != "private"))
-      throw lockstep::ConfigError("ddp: unknown config '" + c + "' (a backend shm, gloo or mpi, "
-                                  "optionally with :view or :private)");
-  }
-  if (auto slash = a.out.rfind('/'); slash != std::string::npos)
-    std::system(("mkdir -p '" + a.out.substr(0, slash) + "'").c_str());
-  const std::string load_before = loadavg();
-  std::printf("lockstep-bench ddp: Mlp 1024-4096-4096-10, batch %d per rank, SGD, 1 compute "
-              "thread per rank, %d warm-up + %d timed steps, %d round(s)\n"
-              "load average before: %s  (cores: %ld)\n",
-              a.batch, a.warmup, a.steps, a.rounds, load_before.c_str(), sysconf(_SC_NPROCESSORS_ONLN));
-  std::map<std::string, std::vector<Result>> raw;  // "impl|ranks"
+// Every round runs every (ranks, config) and the peer as its own job.
+RawResults run_rounds(const DdpArgs& a) {
+  RawResults raw;
+  auto run = [&](const std::string& key, const std::string& what, int round, int n,
+                 const std::string& cmd) {
+    std::printf("\n== round %d: %s, %d rank(s)  [load %s]\n", round + 1, what.c_str(), n,
+                loadavg().c_str());
+    auto r = run_job(cmd);
+    if (!r.empty()) raw[key].push_back(r);
+  };
   for (int round = 0; round < a.rounds; ++round) {
-    for (const auto& ns : nprocs) {
+    for (const auto& ns : split_csv(a.nprocs)) {
       const int n = std::stoi(ns);
-      for (const auto& c : configs) {
+      for (const auto& c : split_csv(a.configs)) {
 #ifndef LOCKSTEP_HAVE_MPI
         if (c.rfind("mpi", 0) == 0) continue;
 #endif
-        std::printf("\n== round %d: lockstep %s, %d rank(s)  [load %s]\n", round + 1, c.c_str(), n,
-                    loadavg().c_str());
-        auto r = run_job(lockstep_cmd(a, c, n));
-        if (!r.empty()) raw[c + "|" + ns].push_back(r);
+        run(result_key(c, ns), "lockstep " + c, round, n, lockstep_cmd(a, c, n));
       }
-      if (!a.skip_peer) {
-        std::printf("\n== round %d: PyTorch DDP (gloo), %d rank(s)  [load %s]\n", round + 1, n,
-                    loadavg().c_str());
-        auto r = run_job(peer_cmd(a, n));
-        if (!r.empty()) raw["pytorch|" + ns].push_back(r);
-      }
+      if (!a.skip_peer)
+        run(result_key("pytorch", ns), "PyTorch DDP (gloo)", round, n, peer_cmd(a, n));
     }
   }
-  const std::string load_after = loadavg();
-  std::map<std::string, Result> res;
-  for (auto& [k, v] : raw) res[k] = combine(v);
-  auto get = [&](const std::string& impl, const std::string& ns) -> const Result* {
-    auto it = res.find(impl + "|" + ns);
-    return it == res.end() || !it->second.count("step") ? nullptr : &it->second;
-  };
-  auto val = [](const Result* r, const char* k) {
-    return r && r->count(k) ? r->at(k) : -1.0;
-  };
-  auto ms = [&](const Result* r, const char* k) {
-    const double v = val(r, k);
-    return v < 0 ? std::string("n/a") : fmt(v * 1e3, 1);
-  };
-  auto tput = [&](const Result* r, int n) { return r ? a.batch * n / r->at("step") : -1.0; };
-  auto num = [](double v, int d, const char* suffix = "") {
-    return v < 0 ? std::string("n/a") : fmt(v, d) + suffix;
-  };
-  // Exposed communication: lockstep measures it (StepStats::exposed_comm_s); for PyTorch it
-  // is estimated as backward with sync minus backward under no_sync.
-  auto exposed = [&](const Result* r) {
-    if (!r) return -1.0;
-    if (r->count("exposed_comm")) return r->at("exposed_comm");
-    if (r->count("backward_nosync")) return std::max(0.0, r->at("backward") - r->at("backward_nosync"));
-    return -1.0;
-  };
-  auto share = [&](const Result* r) {
-    const double e = exposed(r);
-    return e < 0 ? -1.0 : 100.0 * e / r->at("step");
-  };
+  return raw;
+}
 
-  std::ofstream csv(a.out);
+// ---------------------------------------------------------------- the report
+
+double val(const Result* r, const char* k) { return r && r->count(k) ? r->at(k) : -1.0; }
+std::string ms(const Result* r, const char* k) {
+  const double v = val(r, k);
+  return v < 0 ? std::string("n/a") : fmt(v * 1e3, 1);
+}
+std::string num(double v, int d, const char* suffix = "") {
+  return v < 0 ? std::string("n/a") : fmt(v, d) + suffix;
+}
+// Exposed communication: lockstep measures it (StepStats::exposed_comm_s); for PyTorch it
+// is estimated as backward with sync minus backward under no_sync.
+double exposed(const Result* r) {
+  if (!r) return -1.0;
+  if (r->count("exposed_comm")) return r->at("exposed_comm");
+  if (r->count("backward_nosync"))
+    return std::max(0.0, r->at("backward") - r->at("backward_nosync"));
+  return -1.0;
+}
+double share(const Result* r) {
+  const double e = exposed(r);
+  return e < 0 ? -1.0 : 100.0 * e / r->at("step");
+}
+std::string verified(const Result* r) { return val(r, "verified") == 1 ? "yes" : "NO"; }
+
+// The medians over rounds of every job and what is derived from them.
+struct Report {
+  Report(const DdpArgs& args, RawResults raw_results, std::string load)
+      : a(args),
+        nprocs(split_csv(args.nprocs)),
+        configs(split_csv(args.configs)),
+        raw(std::move(raw_results)),
+        load_before(std::move(load)),
+        load_after(loadavg()) {
+    for (auto& [k, rounds] : raw) {  // median over rounds, key by key
+      std::map<std::string, std::vector<double>> all;
+      for (const auto& r : rounds)
+        for (const auto& [key, v] : r) all[key].push_back(v);
+      for (auto& [key, v] : all) medians[k][key] = median(v);
+    }
+  }
+  // The medians of `impl` (a config or "pytorch") at `ns` ranks; nullptr if it has no step.
+  const Result* get(const std::string& impl, const std::string& ns) const {
+    auto it = medians.find(result_key(impl, ns));
+    return it == medians.end() || !it->second.count("step") ? nullptr : &it->second;
+  }
+  size_t rounds(const std::string& impl, const std::string& ns) const {
+    auto it = raw.find(result_key(impl, ns));
+    return it == raw.end() ? 0 : it->second.size();
+  }
+  // Samples per second of all `n` ranks.
+  double tput(const Result* r, int n) const { return r ? a.batch * n / r->at("step") : -1.0; }
+  // Throughput at `ns` ranks over that at the first rank count.
+  double scaling(const std::string& impl, const std::string& ns) const {
+    const std::string n1 = nprocs.empty() ? "1" : nprocs.front();
+    const Result *r = get(impl, ns), *r1 = get(impl, n1);
+    return r && r1 ? tput(r, std::stoi(ns)) / tput(r1, std::stoi(n1)) : -1;
+  }
+  double step_ratio_vs_pytorch(const std::string& config, const std::string& ns) const {
+    const Result *r = get(config, ns), *p = get("pytorch", ns);
+    return r && p ? r->at("step") / p->at("step") : -1;
+  }
+
+  const DdpArgs& a;
+  const std::vector<std::string> nprocs, configs;
+  const RawResults raw;
+  std::map<std::string, Result> medians;  // "impl|ranks" -> median over rounds
+  const std::string load_before, load_after;
+};
+
+void write_csv(const Report& rep, const std::string& path) {
+  std::ofstream csv(path);
   csv << "impl,config,ranks,step_s,forward_s,backward_s,optimizer_s,exposed_comm_s,"
          "exposed_share,samples_per_s,scaling,step_ratio_vs_pytorch,backward_nosync_s,rounds,"
          "load_before,load_after\n";
+  auto row = [&](const std::string& columns, const std::string& impl, const std::string& ns,
+                 const Result* r, double ratio) {
+    const int n = std::stoi(ns);
+    csv << columns << "," << n << "," << r->at("step") << "," << val(r, "forward") << ","
+        << val(r, "backward") << "," << val(r, "optimizer") << "," << exposed(r) << ","
+        << share(r) / 100 << "," << rep.tput(r, n) << "," << rep.scaling(impl, ns) << "," << ratio
+        << "," << val(r, "backward_nosync") << "," << rep.rounds(impl, ns) << "," << rep.load_before
+        << "," << rep.load_after << "\n";
+  };
+  for (const auto& c : rep.configs)
+    for (const auto& ns : rep.nprocs)
+      if (const Result* r = rep.get(c, ns))
+        row("lockstep," + c, c, ns, r, rep.step_ratio_vs_pytorch(c, ns));
+  for (const auto& ns : rep.nprocs)
+    if (const Result* p = rep.get("pytorch", ns)) row("pytorch,gloo", "pytorch", ns, p, 1);
+}
+
+// lockstep's step beside PyTorch's, per config and rank count.
+void print_step_table(const Report& rep) {
   Table t({"config", "ranks", "step ms", "fwd/bwd/opt ms", "samples/s", "scaling", "exposed",
            "PyTorch step ms", "PyTorch samples/s", "PyTorch scaling", "PyTorch exposed*",
            "step lockstep/PyTorch"});
-  const std::string n1 = nprocs.empty() ? "1" : nprocs.front();
-  for (const auto& c : configs) {
-    for (const auto& ns : nprocs) {
+  for (const auto& c : rep.configs) {
+    for (const auto& ns : rep.nprocs) {
       const int n = std::stoi(ns);
-      const Result* r = get(c, ns);
-      const Result* p = get("pytorch", ns);
-      const Result* r1 = get(c, n1);
-      const Result* p1 = get("pytorch", n1);
-      const double sc = r && r1 ? tput(r, n) / tput(r1, std::stoi(n1)) : -1;
-      const double psc = p && p1 ? tput(p, n) / tput(p1, std::stoi(n1)) : -1;
-      const double ratio = r && p ? r->at("step") / p->at("step") : -1;
+      const Result* r = rep.get(c, ns);
+      const Result* p = rep.get("pytorch", ns);
       t.add({c, ns, ms(r, "step"),
              ms(r, "forward") + "/" + ms(r, "backward") + "/" + ms(r, "optimizer"),
-             num(tput(r, n), 0), num(sc, 2, "x"), num(share(r), 0, "%"), ms(p, "step"),
-             num(tput(p, n), 0), num(psc, 2, "x"), num(share(p), 0, "%"), num(ratio, 2, "x")});
-      if (r)
-        csv << "lockstep," << c << "," << n << "," << r->at("step") << "," << val(r, "forward")
-            << "," << val(r, "backward") << "," << val(r, "optimizer") << "," << exposed(r) << ","
-            << share(r) / 100 << "," << tput(r, n) << "," << sc << "," << ratio << ","
-            << val(r, "backward_nosync") << "," << raw[c + "|" + ns].size() << "," << load_before
-            << "," << load_after << "\n";
+             num(rep.tput(r, n), 0), num(rep.scaling(c, ns), 2, "x"), num(share(r), 0, "%"),
+             ms(p, "step"), num(rep.tput(p, n), 0), num(rep.scaling("pytorch", ns), 2, "x"),
+             num(share(p), 0, "%"), num(rep.step_ratio_vs_pytorch(c, ns), 2, "x")});
     }
   }
-  for (const auto& ns : nprocs) {
-    const int n = std::stoi(ns);
-    const Result* p = get("pytorch", ns);
-    const Result* p1 = get("pytorch", n1);
-    if (!p) continue;
-    const double psc = p1 ? tput(p, n) / tput(p1, std::stoi(n1)) : -1;
-    csv << "pytorch,gloo," << n << "," << p->at("step") << "," << val(p, "forward") << ","
-        << val(p, "backward") << "," << val(p, "optimizer") << "," << exposed(p) << ","
-        << share(p) / 100 << "," << tput(p, n) << "," << psc << ",1," << val(p, "backward_nosync")
-        << "," << raw["pytorch|" + ns].size() << "," << load_before << "," << load_after << "\n";
-  }
-  std::printf("\nDDP training step, median of %d steps (median over %d round(s)); load average "
-              "before %s, after %s\n%s"
-              "exposed = StepStats::exposed_comm_s / step; *PyTorch: (backward - backward under "
-              "no_sync) / step, an estimate\n",
-              a.steps, a.rounds, load_before.c_str(), load_after.c_str(), t.str().c_str());
+  std::printf(
+      "\nDDP training step, median of %d steps (median over %d round(s)); load average "
+      "before %s, after %s\n%s"
+      "exposed = StepStats::exposed_comm_s / step; *PyTorch: (backward - backward under "
+      "no_sync) / step, an estimate\n",
+      rep.a.steps, rep.a.rounds, rep.load_before.c_str(), rep.load_after.c_str(), t.str().c_str());
+}
 
-  // Breakdown of lockstep's step (rank 0) for the profile.
+// Breakdown of lockstep's step (rank 0) for the profile.
+void print_breakdown(const Report& rep) {
   Table b({"config", "ranks", "forward", "backward", "  of which hook->end", "  exposed wait",
            "  finalize", "backward no_sync", "optimizer", "buckets", "verified"});
-  for (const auto& c : configs)
-    for (const auto& ns : nprocs)
-      if (const Result* r = get(c, ns))
+  for (const auto& c : rep.configs)
+    for (const auto& ns : rep.nprocs)
+      if (const Result* r = rep.get(c, ns))
         b.add({c, ns, ms(r, "forward"), ms(r, "backward"), ms(r, "hook_backward"),
                ms(r, "exposed_comm"), ms(r, "finalize"), ms(r, "backward_nosync"),
-               ms(r, "optimizer"), num(val(r, "buckets"), 0), val(r, "verified") == 1 ? "yes" : "NO"});
-  for (const auto& ns : nprocs)
-    if (const Result* p = get("pytorch", ns))
+               ms(r, "optimizer"), num(val(r, "buckets"), 0), verified(r)});
+  for (const auto& ns : rep.nprocs)
+    if (const Result* p = rep.get("pytorch", ns))
       b.add({"PyTorch", ns, ms(p, "forward"), ms(p, "backward"), "", "", "",
-             ms(p, "backward_nosync"), ms(p, "optimizer"), "", val(p, "verified") == 1 ? "yes" : "NO"});
+             ms(p, "backward_nosync"), ms(p, "optimizer"), "", verified(p)});
   std::printf("\nwhere the time goes (ms, rank 0, medians):\n%s", b.str().c_str());
+}
 
-  if (a.profile) {
-    Table pt({"config", "ranks", "allreduce 84MB", "allreduce per bucket (sum)",
-              "copy+scale 84MB", "copy 84MB", "zero_grad", "SGD step", "fc1 dW alone",
-              "fc1 dW during allreduce"});
-    for (const auto& c : configs)
-      for (const auto& ns : nprocs)
-        if (const Result* r = get(c, ns); r && r->count("prof_allreduce_all"))
-          pt.add({c, ns, ms(r, "prof_allreduce_all"), ms(r, "prof_allreduce_buckets"),
-                  ms(r, "prof_mul_out"), ms(r, "prof_copy"), ms(r, "prof_zero_grad"),
-                  ms(r, "prof_sgd"), ms(r, "prof_fc1_dw"), ms(r, "prof_fc1_dw_overlap")});
-    std::printf("\nprofile: component costs measured in isolation (ms, rank 0, medians; every "
-                "rank runs them at once):\n%s", pt.str().c_str());
-  }
+// --profile: the step's components timed in isolation.
+void print_profile(const Report& rep) {
+  Table pt({"config", "ranks", "allreduce 84MB", "allreduce per bucket (sum)", "copy+scale 84MB",
+            "copy 84MB", "zero_grad", "SGD step", "fc1 dW alone", "fc1 dW during allreduce"});
+  for (const auto& c : rep.configs)
+    for (const auto& ns : rep.nprocs)
+      if (const Result* r = rep.get(c, ns); r && r->count("prof_allreduce_all"))
+        pt.add({c, ns, ms(r, "prof_allreduce_all"), ms(r, "prof_allreduce_buckets"),
+                ms(r, "prof_mul_out"), ms(r, "prof_copy"), ms(r, "prof_zero_grad"),
+                ms(r, "prof_sgd"), ms(r, "prof_fc1_dw"), ms(r, "prof_fc1_dw_overlap")});
+  std::printf(
+      "\nprofile: component costs measured in isolation (ms, rank 0, medians; every "
+      "rank runs them at once):\n%s",
+      pt.str().c_str());
+}
 
-  // The targets, for the shm backend (the default on one node).
-  if (const Result* r2 = get("shm", "2"); r2 && get("shm", "1")) {
-    const double sc = tput(r2, 2) / tput(get("shm", "1"), 1);
-    std::printf("\ntarget scaling >= 1.70x (shm): %.2fx  %s\n", sc, sc >= 1.7 ? "MET" : "MISSED");
-    if (const Result* p2 = get("pytorch", "2")) {
-      const double ratio = r2->at("step") / p2->at("step");
-      std::printf("target 2-rank step <= 0.75x PyTorch DDP (shm): %.2fx  %s\n", ratio,
-                  ratio <= 0.75 ? "MET" : "MISSED");
-    }
+// The targets, for the shm backend (the default on one node).
+void print_targets(const Report& rep) {
+  const Result* r2 = rep.get("shm", "2");
+  const Result* r1 = rep.get("shm", "1");
+  if (!r2 || !r1) return;
+  const double sc = rep.tput(r2, 2) / rep.tput(r1, 1);
+  std::printf("\ntarget scaling >= 1.70x (shm): %.2fx  %s\n", sc, sc >= 1.7 ? "MET" : "MISSED");
+  if (const Result* p2 = rep.get("pytorch", "2")) {
+    const double ratio = r2->at("step") / p2->at("step");
+    std::printf("target 2-rank step <= 0.75x PyTorch DDP (shm): %.2fx  %s\n", ratio,
+                ratio <= 0.75 ? "MET" : "MISSED");
   }
+}
+
+int run_driver(const DdpArgs& a) {
+  make_parent_dir(a.out);
+  const std::string load_before = loadavg();
+  std::printf(
+      "lockstep-bench ddp: Mlp 1024-4096-4096-10, batch %d per rank, SGD, 1 compute "
+      "thread per rank, %d warm-up + %d timed steps, %d round(s)\n"
+      "load average before: %s  (cores: %ld)\n",
+      a.batch, a.warmup, a.steps, a.rounds, load_before.c_str(), sysconf(_SC_NPROCESSORS_ONLN));
+  const Report rep(a, run_rounds(a), load_before);
+  write_csv(rep, a.out);
+  print_step_table(rep);
+  print_breakdown(rep);
+  if (a.profile) print_profile(rep);
+  print_targets(rep);
   std::printf("CSV: %s\n", a.out.c_str());
   return 0;
 }
 
+// --configs: each a backend shm, gloo or mpi, optionally with :view or :private.
+std::string check_configs(const std::string& configs) {
+  for (const auto& c : split_csv(configs)) {
+    const std::string b = c.substr(0, c.find(':')), v = c.substr(std::min(c.size(), b.size() + 1));
+    if ((b != "shm" && b != "gloo" && b != "mpi") || (!v.empty() && v != "view" && v != "private"))
+      return "unknown config '" + c +
+             "' (a backend shm, gloo or mpi, optionally with :view or "
+             ":private)";
+  }
+  return "";
+}
+
+// --nproc: rank counts, comma-separated.
+std::string check_nprocs(const std::string& nprocs) {
+  for (const auto& n : split_csv(nprocs))
+    if (n.find_first_not_of("0123456789") != std::string::npos || std::stoi(n) < 1)
+      return "'" + n + "' is not a rank count";
+  return "";
+}
+
 }  // namespace
 
-int ddp_main(int argc, char** argv) {
-  DdpArgs a = parse(argc, argv);
-  return a.worker ? ddp_worker(a) : run_driver(a);
+Command ddp_command(CLI::App& bench) {
+  auto a = std::make_shared<DdpArgs>();
+  CLI::App* app = bench.add_subcommand(
+      "ddp",
+      "the DDP training step of lockstep beside PyTorch's own DDP (Gloo), same model "
+      "and data");
+  app->add_option("--nproc", a->nprocs, "rank counts, comma-separated")
+      ->check(check_nprocs)
+      ->capture_default_str();
+  app->add_option("--configs", a->configs,
+                  "lockstep configs, comma-separated: shm, gloo, mpi, shm:view, shm:private")
+      ->check(check_configs)
+      ->capture_default_str();
+  app->add_option("--steps", a->steps, "timed steps")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app->add_option("--warmup", a->warmup, "warm-up steps")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app->add_option("--batch", a->batch, "samples per rank and step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app->add_option("--rounds", a->rounds, "rounds of every job (medians over rounds)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app->add_option("--out", a->out, "CSV file")->capture_default_str();
+  app->add_flag("--skip-peer", a->skip_peer, "leave PyTorch's DDP out");
+  app->add_option("--python", a->python, "the interpreter that runs the peer (python3-torch)")
+      ->capture_default_str();
+  app->add_option("--peer-script", a->peer_script,
+                  "the peer (default: <source>/bench/peers/pytorch_ddp.py)");
+  app->add_flag("--profile", a->profile, "also time the step's components in isolation");
+  app->add_flag("--worker", a->worker)->group(kWorkerOnly);
+  app->add_option("--backend", a->backend)->group(kWorkerOnly);
+  app->add_flag("--view", a->view)->group(kWorkerOnly);
+  app->add_flag("--private", a->private_buckets)->group(kWorkerOnly);
+  return {app, [a] { return a->worker ? ddp_worker(*a) : run_driver(*a); }};
 }
 
 }  // namespace lockstep::bench

@@ -10,9 +10,9 @@ struct DdpArgs {
   bool worker = false;
   // worker
   std::string backend = "shm";
-  bool view = false;     // DDPOptions::gradient_as_bucket_view
+  bool view = false;             // DDPOptions::gradient_as_bucket_view
   bool private_buckets = false;  // DDPOptions::shared_buckets = false
-  bool profile = false;  // also time the step's components in isolation
+  bool profile = false;          // also time the step's components in isolation
   // both
   int steps = 30, warmup = 5, batch = 64;
   // driver

@@ -6,10 +6,11 @@
 // step's components in isolation. Rank 0 prints "RESULT key value" lines (seconds).
 #include "bench_util.h"
 #include "ddp_bench.h"
+#include "jobs.h"
 
-#include <lockstep/ddp/ddp.h>
 #include <lockstep/lockstep.h>
 #include <lockstep/models/mlp.h>
+#include <lockstep/parallel/ddp/ddp.h>
 
 #include <torch/torch.h>
 
@@ -18,11 +19,6 @@
 
 namespace lockstep::bench {
 namespace {
-
-void result(int rank, const char* key, double v) {
-  if (rank == 0) std::printf("RESULT %s %.6f\n", key, v);
-  std::fflush(stdout);
-}
 
 // True if `v` is the same on every rank.
 bool same_everywhere(ProcessGroup& g, double v) {
@@ -35,40 +31,18 @@ bool same_everywhere(ProcessGroup& g, double v) {
   return lo.item<double>() == hi.item<double>();
 }
 
-// Median seconds of fn over `n` runs, all ranks starting together.
+// Median seconds of fn over `n` runs (after one warm-up), all ranks starting together.
 double timed(ProcessGroup& g, int n, const std::function<void()>& fn) {
-  auto runs = time_runs(fn, [&] { g.barrier()->wait(); }, 1, n, n, 0.0);
-  return median(runs);
+  return median(time_runs(fn, &g, {.warmup = 1, .min_iters = n, .max_iters = n, .min_seconds = 0}));
 }
 
-template <class DDP>
-void profile(ProcessGroup& g, DDP& ddp, torch::optim::SGD& opt, int me) {
-  const int n = 7;
-  std::vector<at::Tensor> params = ddp.parameters();
-  int64_t total = 0;
-  for (auto& p : params) total += p.numel();
-  at::Tensor flat = at::randn({total}), other = at::empty({total});
-  result(me, "prof_allreduce_all", timed(g, n, [&] { g.allreduce(flat)->wait(); }));
-  std::vector<at::Tensor> bufs;
-  for (const auto& b : ddp.reducer().buckets()) bufs.push_back(b.buffer.clone());
-  result(me, "prof_allreduce_buckets", timed(g, n, [&] {
-           std::vector<comm::WorkPtr> w;
-           for (auto& b : bufs) w.push_back(g.allreduce(b));
-           for (auto& x : w) x->wait();
-         }));
-  result(me, "prof_mul_out", timed(g, n, [&] { at::mul_out(other, flat, 0.5); }));
-  result(me, "prof_copy", timed(g, n, [&] { other.copy_(flat); }));
-  result(me, "prof_zero_grad", timed(g, n, [&] { opt.zero_grad(); }));
-  result(me, "prof_sgd", timed(g, n, [&] {
-           torch::NoGradGuard ng;
-           opt.step();
-         }));
-  // fc1's weight gradient, the only compute left in backward once fc2's 67 MB bucket is
-  // launched: alone, and while that allreduce runs on the comm thread.
+// fc1's weight gradient, the only compute left in backward once fc2's 67 MB bucket is
+// launched: alone, and while that allreduce runs on the comm thread.
+void profile_fc1_overlap(ProcessGroup& g, int n) {
+  const int me = g.rank();
   at::Tensor gy = at::randn({64, 4096}), x = at::randn({64, 1024}), dw = at::empty({4096, 1024});
-  result(me, "prof_fc1_dw", timed(g, n, [&] { at::mm_out(dw, gy.t(), x); }));
+  report_result(me, "prof_fc1_dw", timed(g, n, [&] { at::mm_out(dw, gy.t(), x); }));
   at::Tensor big = at::randn({4096 * 4096 + 4096 + 4096 * 10 + 10});
-  double during = 0;
   std::vector<double> ds;
   for (int i = 0; i < n; ++i) {
     g.barrier()->wait();
@@ -78,8 +52,106 @@ void profile(ProcessGroup& g, DDP& ddp, torch::optim::SGD& opt, int me) {
     ds.push_back(now_s() - t0);
     w->wait();
   }
-  during = median(ds);
-  result(me, "prof_fc1_dw_overlap", during);
+  report_result(me, "prof_fc1_dw_overlap", median(ds));
+}
+
+template <class DDP>
+void profile(ProcessGroup& g, DDP& ddp, torch::optim::SGD& opt) {
+  const int n = 7, me = g.rank();
+  std::vector<at::Tensor> params = ddp.parameters();
+  int64_t total = 0;
+  for (auto& p : params) total += p.numel();
+  at::Tensor flat = at::randn({total}), other = at::empty({total});
+  report_result(me, "prof_allreduce_all", timed(g, n, [&] { g.allreduce(flat)->wait(); }));
+  std::vector<at::Tensor> bufs;
+  for (const auto& b : ddp.reducer().buckets()) bufs.push_back(b.buffer.clone());
+  report_result(me, "prof_allreduce_buckets", timed(g, n, [&] {
+                  std::vector<comm::WorkPtr> w;
+                  w.reserve(bufs.size());
+                  for (auto& b : bufs) w.push_back(g.allreduce(b));
+                  for (auto& x : w) x->wait();
+                }));
+  report_result(me, "prof_mul_out", timed(g, n, [&] { at::mul_out(other, flat, 0.5); }));
+  report_result(me, "prof_copy", timed(g, n, [&] { other.copy_(flat); }));
+  report_result(me, "prof_zero_grad", timed(g, n, [&] { opt.zero_grad(); }));
+  report_result(me, "prof_sgd", timed(g, n, [&] {
+                  torch::NoGradGuard ng;
+                  opt.step();
+                }));
+  profile_fc1_overlap(g, n);
+}
+
+using Batches = std::vector<std::pair<at::Tensor, at::Tensor>>;
+
+// One training step's times (seconds), from the clock and from DDP's StepStats.
+struct StepTimes {
+  double step, fwd, bwd, opt, exposed, hook_bwd, finalize;
+};
+
+// `warmup` steps, then `steps` timed ones; returns the timed ones' times and whether the
+// last loss is finite.
+template <class DDP>
+std::vector<StepTimes> train_steps(ProcessGroup& g, DDP& ddp, torch::optim::SGD& opt,
+                                   const Batches& batches, const DdpArgs& a, bool& finite) {
+  std::vector<StepTimes> times;
+  at::Tensor loss;
+  auto step = [&](int k, bool record) {
+    auto& [xb, yb] = batches[k % batches.size()];
+    const double t0 = now_s();
+    opt.zero_grad();
+    loss = torch::nn::functional::cross_entropy(ddp(xb), yb);
+    const double t1 = now_s();
+    loss.backward();
+    const double t2 = now_s();
+    opt.step();
+    const double t3 = now_s();
+    const auto& s = ddp.last_step_stats();
+    if (record)
+      times.push_back(
+          {t3 - t0, t1 - t0, t2 - t1, t3 - t2, s.exposed_comm_s, s.backward_s, s.finalize_s});
+  };
+  for (int k = 0; k < a.warmup; ++k) step(k, false);
+  g.barrier()->wait();
+  for (int k = 0; k < a.steps; ++k) step(k, true);
+  finite = std::isfinite(loss.item<double>());
+  return times;
+}
+
+// Backward without communication, under the same contention: seconds of each.
+template <class DDP>
+std::vector<double> backward_nosync(ProcessGroup& g, DDP& ddp, torch::optim::SGD& opt,
+                                    const Batches& batches, int steps) {
+  g.barrier()->wait();
+  std::vector<double> nosync;
+  {
+    auto guard = ddp.no_sync();
+    for (int k = 0; k < std::max(5, steps / 3); ++k) {
+      auto& [xb, yb] = batches[k % batches.size()];
+      opt.zero_grad();
+      auto l = torch::nn::functional::cross_entropy(ddp(xb), yb);
+      const double t0 = now_s();
+      l.backward();
+      nosync.push_back(now_s() - t0);
+    }
+  }
+  g.barrier()->wait();
+  return nosync;
+}
+
+void report_steps(int me, const std::vector<StepTimes>& times) {
+  auto med = [&](double StepTimes::*f) {
+    std::vector<double> v;
+    v.reserve(times.size());
+    for (const auto& t : times) v.push_back(t.*f);
+    return median(v);
+  };
+  report_result(me, "step", med(&StepTimes::step));
+  report_result(me, "forward", med(&StepTimes::fwd));
+  report_result(me, "backward", med(&StepTimes::bwd));
+  report_result(me, "optimizer", med(&StepTimes::opt));
+  report_result(me, "exposed_comm", med(&StepTimes::exposed));
+  report_result(me, "hook_backward", med(&StepTimes::hook_bwd));
+  report_result(me, "finalize", med(&StepTimes::finalize));
 }
 
 }  // namespace
@@ -99,72 +171,23 @@ int ddp_worker(const DdpArgs& a) {
   torch::optim::SGD opt(ddp.parameters(), 0.01);
 
   torch::manual_seed(1000 + me);
-  std::vector<std::pair<at::Tensor, at::Tensor>> batches;
+  Batches batches;
   for (int i = 0; i < 4; ++i)
     batches.emplace_back(torch::randn({a.batch, 1024}), torch::randint(0, 10, {a.batch}));
 
-  struct Times {
-    double step, fwd, bwd, opt, exposed, hook_bwd, finalize;
-  };
-  std::vector<Times> times;
-  at::Tensor loss;
-  auto step = [&](int k, bool record) {
-    auto& [xb, yb] = batches[k % batches.size()];
-    const double t0 = now_s();
-    opt.zero_grad();
-    loss = torch::nn::functional::cross_entropy(ddp(xb), yb);
-    const double t1 = now_s();
-    loss.backward();
-    const double t2 = now_s();
-    opt.step();
-    const double t3 = now_s();
-    const auto& s = ddp.last_step_stats();
-    if (record)
-      times.push_back({t3 - t0, t1 - t0, t2 - t1, t3 - t2, s.exposed_comm_s, s.backward_s,
-                       s.finalize_s});
-  };
-  for (int k = 0; k < a.warmup; ++k) step(k, false);
-  g->barrier()->wait();
-  for (int k = 0; k < a.steps; ++k) step(k, true);
-  bool ok = std::isfinite(loss.item<double>());
-
+  bool ok = false;
+  const std::vector<StepTimes> times = train_steps(*g, ddp, opt, batches, a, ok);
   // Identical replicas after training: a checksum of all parameters agrees everywhere.
   double sum = 0;
   for (const auto& p : ddp.parameters()) sum += p.to(at::kDouble).sum().item<double>();
   ok = same_everywhere(*g, sum) && ok;
+  const std::vector<double> nosync = backward_nosync(*g, ddp, opt, batches, a.steps);
 
-  // Backward without communication, under the same contention.
-  g->barrier()->wait();
-  std::vector<double> nosync;
-  {
-    auto guard = ddp.no_sync();
-    for (int k = 0; k < std::max(5, a.steps / 3); ++k) {
-      auto& [xb, yb] = batches[k % batches.size()];
-      opt.zero_grad();
-      auto l = torch::nn::functional::cross_entropy(ddp(xb), yb);
-      const double t0 = now_s();
-      l.backward();
-      nosync.push_back(now_s() - t0);
-    }
-  }
-  g->barrier()->wait();
-
-  auto med = [&](double Times::*f) {
-    std::vector<double> v;
-    for (const auto& t : times) v.push_back(t.*f);
-    return median(v);
-  };
-  result(me, "step", med(&Times::step));
-  result(me, "forward", med(&Times::fwd));
-  result(me, "backward", med(&Times::bwd));
-  result(me, "optimizer", med(&Times::opt));
-  result(me, "exposed_comm", med(&Times::exposed));
-  result(me, "hook_backward", med(&Times::hook_bwd));
-  result(me, "finalize", med(&Times::finalize));
-  result(me, "backward_nosync", median(nosync));
-  result(me, "buckets", double(ddp.last_step_stats().buckets));
-  result(me, "verified", ok ? 1.0 : 0.0);
-  if (a.profile) profile(*g, ddp, opt, me);
+  report_steps(me, times);
+  report_result(me, "backward_nosync", median(nosync));
+  report_result(me, "buckets", double(ddp.last_step_stats().buckets));
+  report_result(me, "verified", ok ? 1.0 : 0.0);
+  if (a.profile) profile(*g, ddp, opt);
   g->barrier()->wait();
   return ok ? 0 : 1;
 }

@@ -1,35 +1,53 @@
 // lockstep-bench: benchmarks that measure lockstep beside its peers in the same run.
+//
+//   lockstep-bench collectives|compression|ddp|train [OPTIONS]   (--help on each)
+//
+// Exit status: 0 ok, 1 a benchmark failed, 2 a usage error (unknown flag, bad value).
+#include "commands.h"
+
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
-namespace lockstep::bench {
-int collectives_main(int argc, char** argv);
-int compression_main(int argc, char** argv);
-int ddp_main(int argc, char** argv);
-int train_main(int argc, char** argv);
+namespace {
+
+// A usage error: the message, then the usage line of the (sub)command it concerns.
+int usage_error(const CLI::App& app, const CLI::ParseError& e) {
+  const CLI::App* target = &app;
+  std::string name = app.get_name();
+  if (const auto subs = app.get_subcommands(); !subs.empty()) {
+    target = subs.front();
+    name += " " + target->get_name();
+  }
+  std::string what = e.what();
+  if (target == &app && !app.remaining().empty())  // a word where the benchmark belongs
+    what = "unknown benchmark '" + app.remaining().front() + "'";
+  std::fprintf(stderr, "%s: %s\n%sRun with --help for more information.\n", name.c_str(),
+               what.c_str(), CLI::Formatter().make_usage(target, name).c_str());
+  return 2;
 }
 
+}  // namespace
+
 int main(int argc, char** argv) {
-  const std::string usage =
-      "usage: lockstep-bench collectives [--nproc N] [--sizes 4KiB,16MiB,...] [--out FILE]\n"
-      "       lockstep-bench compression [--nproc N] [--rates 1gbit,10gbit] [--steps N] [--skip-net]\n"
-      "       lockstep-bench ddp [--nproc 1,2] [--configs shm,gloo,mpi] [--steps 30] [--rounds N]\n"
-      "                          [--out FILE] [--skip-peer] [--python PATH] [--profile]\n"
-      "       lockstep-bench train [--config FILE] [--epochs N] [--ranks 1,2] [--repeat N]\n";
-  if (argc < 2 || !std::strcmp(argv[1], "--help")) {
-    std::fputs(usage.c_str(), argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  using namespace lockstep::bench;
+  CLI::App app{"lockstep-bench: benchmarks that measure lockstep beside its peers in the same run",
+               "lockstep-bench"};
+  app.require_subcommand(1);
+  const std::vector<Command> commands{collectives_command(app), compression_command(app),
+                                      ddp_command(app), train_command(app)};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success))
+      return app.exit(e);  // --help
+    return usage_error(app, e);
   }
   try {
-    const std::string cmd = argv[1];
-    if (cmd == "collectives") return lockstep::bench::collectives_main(argc - 2, argv + 2);
-    if (cmd == "compression") return lockstep::bench::compression_main(argc - 2, argv + 2);
-    if (cmd == "ddp") return lockstep::bench::ddp_main(argc - 2, argv + 2);
-    if (cmd == "train") return lockstep::bench::train_main(argc - 2, argv + 2);
-    std::fprintf(stderr, "lockstep-bench: unknown benchmark '%s'\n%s", cmd.c_str(), usage.c_str());
-    return 2;
+    for (const auto& c : commands)
+      if (c.app->parsed()) return c.run();
+    return 2;  // unreachable: require_subcommand(1)
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lockstep-bench: %s\n", e.what());
     return 1;

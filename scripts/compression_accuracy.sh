@@ -8,7 +8,7 @@
 #
 # Defaults: 2 epochs, 2 ranks, shm backend, CSVs and logs in BUILD_DIR/compression-accuracy,
 # plot in docs/img/compression-loss.png. Requirement checked at the end: 4-bit within 0.5
-# points of uncompressed (exit 1 otherwise). Needs gnuplot (scripts/install-deps.sh --bench)
+# points of uncompressed (exit 1 otherwise). Needs gnuplot (apt-get install gnuplot-nox)
 # for the plot only; without it the table is still produced. --reuse keeps the result of a
 # mode whose log and CSV from an earlier run with the same --out are complete.
 set -euo pipefail
@@ -79,7 +79,7 @@ if command -v gnuplot > /dev/null; then
     "$root/scripts/plot_compression_loss.gnuplot"
   echo "plot: $png"
 else
-  echo "gnuplot not found: no plot (scripts/install-deps.sh --bench installs it)" >&2
+  echo "gnuplot not found: no plot (apt-get install gnuplot-nox)" >&2
 fi
 
 ok=$(awk -v a="${acc[qsgd4]}" -v b="${acc[none]}" 'BEGIN { print (b - a <= 0.5) ? 1 : 0 }')

@@ -13,12 +13,11 @@ pkgs=(
   libopenmpi-dev openmpi-bin
   libgtest-dev
   zlib1g-dev            # lockstep_data inflates the gzip'd Fashion-MNIST idx files
-  libcli11-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev
+  libcli11-dev nlohmann-json3-dev libtomlplusplus-dev
   dataset-fashion-mnist # real data for the demo and the accuracy tests
   iproute2              # ip netns / tc for the thin-link benchmarks
   procps bc             # ps, bc: used by the fault tests
   python3               # tests/train/read_tfevents.py: an independent TensorBoard reader
-  gnuplot-nox           # lockstep-train draws the loss-curve PNG with it
 )
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(python3-torch)   # the peer of lockstep-bench ddp: PyTorch's own DDP

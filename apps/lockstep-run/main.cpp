@@ -11,7 +11,9 @@ int main(int argc, char** argv) {
   try {
     opt = parse_args(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const UsageError& e) {
-    std::cerr << e.what() << "\n";
+    // The message, then the usage line (the first line of --help).
+    const std::string usage = usage_text();
+    std::cerr << e.what() << "\n" << usage.substr(0, usage.find('\n')) << "\n";
     return kExitUsage;
   }
   if (opt.help) {

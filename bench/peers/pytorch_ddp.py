@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The peer of `lockstep-bench ddp`: PyTorch's own DistributedDataParallel over Gloo.
 
-Same workload as the C++ worker (bench/ddp.cpp): MLP 1024-4096-4096-10, batch 64 per
+Same workload as the C++ worker (bench/ddp_worker.cpp): MLP 1024-4096-4096-10, batch 64 per
 rank, SGD (lr 0.01), one compute thread per rank, synthetic data from fixed seeds.
 
 Launched by the driver as WORLD_SIZE background processes with RANK / WORLD_SIZE /

@@ -33,16 +33,17 @@ class ConfigError : public Error {
 struct CommContext {
   int rank = -1;
   int world_size = 0;
-  int peer = -1;             // the rank that failed us, when known
-  std::string backend;       // "shm", "gloo", "mpi"
-  std::string op;            // "allreduce", "send", "rendezvous", ...
-  uint64_t seq = 0;          // per-group sequence number of the collective (1-based; 0 = none)
-  int64_t numel = -1;        // elements in the operation (-1 = not applicable)
-  std::string dtype;         // element type, when applicable
-  double elapsed_s = 0;      // time since the op started running
-  double timeout_s = 0;      // the op's timeout
+  int peer = -1;         // the rank that failed us, when known
+  std::string backend;   // "shm", "gloo", "mpi"
+  std::string op;        // "allreduce", "send", "rendezvous", ...
+  uint64_t seq = 0;      // per-group sequence number of the collective (1-based; 0 = none)
+  int64_t numel = -1;    // elements in the operation (-1 = not applicable)
+  std::string dtype;     // element type, when applicable
+  double elapsed_s = 0;  // time since the op started running
+  double timeout_s = 0;  // the op's timeout
 
-  std::string describe() const;  // "rank 1/2 [shm] allreduce #12 (1000 float32) after 3.0 s of 30.0 s timeout"
+  std::string describe()
+      const;  // "rank 1/2 [shm] allreduce #12 (1000 float32) after 3.0 s of 30.0 s timeout"
 };
 
 // A collective or point-to-point operation failed: peer died, timed out, ranks disagreed.
@@ -74,20 +75,20 @@ std::string concat(const Args&... args) {
 }  // namespace lockstep
 
 // LOCKSTEP_CHECK(cond, msg...) throws lockstep::InvalidArgument with the message when cond fails.
-#define LOCKSTEP_CHECK(cond, ...)                                                      \
-  do {                                                                                 \
-    if (!(cond))                                                                       \
-      throw ::lockstep::InvalidArgument(::lockstep::detail::concat(                    \
-          "check failed: " #cond " (" __FILE__ ":", __LINE__, ") ", ##__VA_ARGS__));   \
+#define LOCKSTEP_CHECK(cond, ...)                                                    \
+  do {                                                                               \
+    if (!(cond))                                                                     \
+      throw ::lockstep::InvalidArgument(::lockstep::detail::concat(                  \
+          "check failed: " #cond " (" __FILE__ ":", __LINE__, ") ", ##__VA_ARGS__)); \
   } while (0)
 
 // LOCKSTEP_CHECK_EQ(a, b, msg...) prints both values when they differ.
-#define LOCKSTEP_CHECK_EQ(a, b, ...)                                                   \
-  do {                                                                                 \
-    const auto& lockstep_a_ = (a);                                                     \
-    const auto& lockstep_b_ = (b);                                                     \
-    if (!(lockstep_a_ == lockstep_b_))                                                 \
-      throw ::lockstep::InvalidArgument(::lockstep::detail::concat(                    \
-          "check failed: " #a " == " #b " (", lockstep_a_, " vs ", lockstep_b_,         \
-          ") (" __FILE__ ":", __LINE__, ") ", ##__VA_ARGS__));                          \
+#define LOCKSTEP_CHECK_EQ(a, b, ...)                                            \
+  do {                                                                          \
+    const auto& lockstep_a_ = (a);                                              \
+    const auto& lockstep_b_ = (b);                                              \
+    if (!(lockstep_a_ == lockstep_b_))                                          \
+      throw ::lockstep::InvalidArgument(::lockstep::detail::concat(             \
+          "check failed: " #a " == " #b " (", lockstep_a_, " vs ", lockstep_b_, \
+          ") (" __FILE__ ":", __LINE__, ") ", ##__VA_ARGS__));                  \
   } while (0)

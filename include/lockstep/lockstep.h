@@ -2,14 +2,14 @@
 // The umbrella header: include this one and get every public piece.
 #pragma once
 
-#include <lockstep/error.h>
 #include <lockstep/comm/backend.h>
 #include <lockstep/comm/init.h>
 #include <lockstep/comm/process_group.h>
 #include <lockstep/comm/types.h>
 #include <lockstep/comm/work.h>
-#include <lockstep/ddp/ddp.h>
-#include <lockstep/data/data.h>
-#include <lockstep/models/models.h>
 #include <lockstep/compress/compressed_allreduce.h>
-#include <lockstep/compress/ddp_hook.h>
+#include <lockstep/data/data.h>
+#include <lockstep/error.h>
+#include <lockstep/models/models.h>
+#include <lockstep/parallel/ddp/ddp.h>
+#include <lockstep/parallel/hooks/qsgd_hook.h>

@@ -26,12 +26,18 @@ std::string CommContext::describe() const {
 
 const char* CommError::kind_name(Kind k) {
   switch (k) {
-    case Kind::Failed: return "failed";
-    case Kind::Timeout: return "timed out";
-    case Kind::PeerGone: return "peer gone";
-    case Kind::Mismatch: return "mismatch";
-    case Kind::Rendezvous: return "rendezvous failed";
-    case Kind::Aborted: return "aborted";
+    case Kind::Failed:
+      return "failed";
+    case Kind::Timeout:
+      return "timed out";
+    case Kind::PeerGone:
+      return "peer gone";
+    case Kind::Mismatch:
+      return "mismatch";
+    case Kind::Rendezvous:
+      return "rendezvous failed";
+    case Kind::Aborted:
+      return "aborted";
   }
   return "?";
 }

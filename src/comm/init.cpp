@@ -1,8 +1,9 @@
 // init(): read the environment, rendezvous through a c10d store, build the backend.
 #include <lockstep/comm/init.h>
+#include <lockstep/env_contract.h>
 #include <lockstep/error.h>
 
-#include "comm/backends.h"
+#include "comm/backends/factories.h"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -10,9 +11,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <cstdlib>
 #include <thread>
 
 namespace lockstep::comm {
@@ -27,12 +28,13 @@ constexpr double kMaxTimeoutS = 30 * 24 * 3600;  // 30 days: far beyond any op, 
 
 Millis default_timeout(const InitOptions& o) {
   if (o.timeout) return *o.timeout;
-  if (const char* s = env("LOCKSTEP_TIMEOUT_S")) {
+  if (const char* s = env(lockstep::env::kTimeoutSeconds)) {
     char* end = nullptr;
     double v = std::strtod(s, &end);
     if (end == s || *end != '\0' || !(v >= 0.001 && v <= kMaxTimeoutS))
-      throw ConfigError(detail::concat("LOCKSTEP_TIMEOUT_S='", s, "' is not a number of seconds "
-                                       "between 0.001 and ", kMaxTimeoutS));
+      throw ConfigError(detail::concat(lockstep::env::kTimeoutSeconds, "='", s,
+                                       "' is not a number of seconds between 0.001 and ",
+                                       kMaxTimeoutS));
     return Millis(static_cast<int64_t>(v * 1000));
   }
   return ProcessGroupOptions{}.timeout;
@@ -46,10 +48,11 @@ void check_timeout(Millis t) {
 
 bool check_collectives(const InitOptions& o) {
   if (o.check_collectives) return *o.check_collectives;
-  if (const char* s = env("LOCKSTEP_CHECK_COLLECTIVES")) {
+  if (const char* s = env(lockstep::env::kCheckCollectives)) {
     const std::string v = s;
     if (v != "0" && v != "1")
-      throw ConfigError("LOCKSTEP_CHECK_COLLECTIVES='" + v + "' must be 0 or 1");
+      throw ConfigError(
+          detail::concat(lockstep::env::kCheckCollectives, "='", v, "' must be 0 or 1"));
     return v == "1";
   }
   return true;
@@ -101,7 +104,8 @@ StorePtr connect_store(const LaunchEnv& e, Millis timeout) {
     const std::string where = e.master_addr + ":" + std::to_string(e.master_port);
     if (e.rank == 0 && is_port_in_use(ex.what()))
       throw ConfigError(detail::concat(
-          "rank 0 cannot host the rendezvous store on ", where, ": the port is in use. Pick "
+          "rank 0 cannot host the rendezvous store on ", where,
+          ": the port is in use. Pick "
           "another with MASTER_PORT (lockstep-run --master-port N, or 0 to choose a free one)"));
     if (e.rank == 0) throw CommError(CommError::Kind::Rendezvous, c, ex.what());
     c.peer = 0;
@@ -109,7 +113,8 @@ StorePtr connect_store(const LaunchEnv& e, Millis timeout) {
     throw CommError(CommError::Kind::Rendezvous, c,
                     detail::concat("could not reach rank 0's store at ", where,
                                    ": rank 0 has not started, or MASTER_ADDR/MASTER_PORT point "
-                                   "elsewhere (", ex.what(), ")"));
+                                   "elsewhere (",
+                                   ex.what(), ")"));
   }
 }
 
@@ -122,9 +127,11 @@ bool store_check(const StorePtr& store, const std::string& key, const LaunchEnv&
     c.world_size = e.world_size;
     c.op = "rendezvous";
     c.peer = 0;
-    throw CommError(CommError::Kind::Rendezvous, c,
-                    detail::concat("lost the connection to rank 0's store (rank 0 exited or gave up "
-                                   "waiting): ", ex.what()));
+    throw CommError(
+        CommError::Kind::Rendezvous, c,
+        detail::concat("lost the connection to rank 0's store (rank 0 exited or gave up "
+                       "waiting): ",
+                       ex.what()));
   }
 }
 
@@ -174,10 +181,10 @@ std::vector<std::string> join(const StorePtr& store, const std::string& prefix, 
 std::string resolve_backend(const std::string& requested, const LaunchEnv& env_) {
   std::string b = requested;
   if (b == "auto")
-    if (const char* e = env("LOCKSTEP_BACKEND")) b = e;
+    if (const char* e = env(lockstep::env::kBackend)) b = e;
   if (b != "auto" && b != "shm" && b != "gloo" && b != "mpi")
-    throw ConfigError(detail::concat("unknown backend '", b,
-                                     "' (from LOCKSTEP_BACKEND or InitOptions::backend); "
+    throw ConfigError(detail::concat("unknown backend '", b, "' (from ", lockstep::env::kBackend,
+                                     " or InitOptions::backend); "
                                      "choose auto, shm, gloo or mpi"));
   if (b != "auto") return b;
   if (env_.launcher == "mpirun" && mpi_available()) return "mpi";
@@ -192,7 +199,8 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   check_timeout(pgo.timeout);
   pgo.check_collectives = check_collectives(options);
 
-  if (backend == "mpi") return std::make_shared<ProcessGroup>(make_mpi_backend(e, pgo.timeout), pgo);
+  if (backend == "mpi")
+    return std::make_shared<ProcessGroup>(make_mpi_backend(e, pgo.timeout), pgo);
 
   // Groups made in the same order on every rank get the same key namespace.
   static std::atomic<int> generation{0};
@@ -203,9 +211,9 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   if (backend == "shm") {
     for (int r = 0; r < e.world_size; ++r)
       if (hosts[r] != hosts[0])
-        throw ConfigError(detail::concat("backend shm needs every rank on one node, but rank 0 is on ",
-                                         hosts[0], " and rank ", r, " on ", hosts[r],
-                                         "; use gloo or mpi across nodes"));
+        throw ConfigError(
+            detail::concat("backend shm needs every rank on one node, but rank 0 is on ", hosts[0],
+                           " and rank ", r, " on ", hosts[r], "; use gloo or mpi across nodes"));
     b = make_shm_backend(store, prefix, e, pgo.timeout);
   } else {
     b = make_gloo_backend(store, prefix, e, pgo.timeout);

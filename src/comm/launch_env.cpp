@@ -1,5 +1,7 @@
-// Reading the launcher's environment: torchrun / lockstep-run, OpenMPI, Slurm.
-#include <lockstep/comm/init.h>
+// Reading the launcher's environment: torchrun / lockstep-run, OpenMPI, Slurm (the
+// names: lockstep/env_contract.h, shared with the writer, src/launch/rank_env.cpp).
+#include <lockstep/comm/launch_env.h>
+#include <lockstep/env_contract.h>
 #include <lockstep/error.h>
 
 #include <cerrno>
@@ -40,10 +42,11 @@ struct Contract {
 
 void check_consistent(const LaunchEnv& e, const Contract& c) {
   if (e.world_size < 1)
-    throw ConfigError(detail::concat(c.size, "=", e.world_size, ": the world needs at least 1 rank"));
+    throw ConfigError(
+        detail::concat(c.size, "=", e.world_size, ": the world needs at least 1 rank"));
   if (e.rank >= e.world_size)
-    throw ConfigError(detail::concat(c.rank, "=", e.rank, " is not below ", c.size, "=",
-                                     e.world_size));
+    throw ConfigError(
+        detail::concat(c.rank, "=", e.rank, " is not below ", c.size, "=", e.world_size));
   if (e.local_world_size < 1 || e.local_world_size > e.world_size)
     throw ConfigError(detail::concat(c.local_size, "=", e.local_world_size, " must be in 1..",
                                      c.size, "=", e.world_size));
@@ -57,8 +60,9 @@ LaunchEnv read(const Contract& c) {
   e.launcher = c.launcher;
   e.rank = parse_int(c.rank, get(c.rank));
   if (!get(c.size))
-    throw ConfigError(detail::concat(c.rank, " is set but ", c.size,
-                                     " is not: a launcher sets both (or neither, for one process)"));
+    throw ConfigError(
+        detail::concat(c.rank, " is set but ", c.size,
+                       " is not: a launcher sets both (or neither, for one process)"));
   e.world_size = parse_int(c.size, get(c.size));
   // Without local information, assume every rank shares this node (a hand-made launch).
   e.local_rank = int_or(c.local_rank, e.rank);
@@ -70,33 +74,33 @@ LaunchEnv read(const Contract& c) {
 }  // namespace
 
 LaunchEnv LaunchEnv::from_environment() {
+  namespace n = lockstep::env;
   LaunchEnv e;
-  if (get("RANK")) {
-    e = read({"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"});
-    if (const char* l = get("LOCKSTEP_LAUNCHER")) e.launcher = l;
-  } else if (get("OMPI_COMM_WORLD_RANK")) {
-    e = read({"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-              "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"});
-  } else if (get("PMI_RANK")) {
-    e = read({"mpirun", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"});
-  } else if (get("SLURM_PROCID")) {
-    e = read({"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"});
-    if (int nodes = int_or("SLURM_NNODES", 1); nodes > 1 && !get("SLURM_NTASKS_PER_NODE"))
+  if (get(n::kRank)) {
+    e = read({"torchrun", n::kRank, n::kWorldSize, n::kLocalRank, n::kLocalWorldSize});
+    if (const char* l = get(n::kLauncher)) e.launcher = l;
+  } else if (get(n::kOmpiRank)) {
+    e = read({"mpirun", n::kOmpiRank, n::kOmpiSize, n::kOmpiLocalRank, n::kOmpiLocalSize});
+  } else if (get(n::kPmiRank)) {
+    e = read({"mpirun", n::kPmiRank, n::kPmiSize, n::kMpiLocalRankId, n::kMpiLocalNRanks});
+  } else if (get(n::kSlurmProcId)) {
+    e = read({"slurm", n::kSlurmProcId, n::kSlurmNTasks, n::kSlurmLocalId, n::kSlurmNTasksPerNode});
+    if (int nodes = int_or(n::kSlurmNNodes, 1); nodes > 1 && !get(n::kSlurmNTasksPerNode))
       e.local_world_size = std::max(1, e.world_size / nodes);
-    if (const char* host = get("SLURM_LAUNCH_NODE_IPADDR")) e.master_addr = host;
-    if (const char* job = get("SLURM_JOB_ID")) {
+    if (const char* host = get(n::kSlurmLaunchNodeIpAddr)) e.master_addr = host;
+    if (const char* job = get(n::kSlurmJobId)) {
       e.job_id = std::string("slurm-") + job;
       // A port derived from the job id, so concurrent jobs on a node do not collide.
       e.master_port = 29500 + static_cast<int>(std::hash<std::string>{}(job) % 20000);
     }
   }
-  if (const char* a = get("MASTER_ADDR")) e.master_addr = a;
-  if (const char* p = get("MASTER_PORT")) {
-    e.master_port = parse_int("MASTER_PORT", p);
+  if (const char* a = get(n::kMasterAddr)) e.master_addr = a;
+  if (const char* p = get(n::kMasterPort)) {
+    e.master_port = parse_int(n::kMasterPort, p);
     if (e.master_port < 1 || e.master_port > 65535)
-      throw ConfigError(detail::concat("MASTER_PORT=", p, " is not a TCP port (1..65535)"));
+      throw ConfigError(detail::concat(n::kMasterPort, "=", p, " is not a TCP port (1..65535)"));
   }
-  if (const char* j = get("LOCKSTEP_JOB_ID")) e.job_id = j;
+  if (const char* j = get(n::kJobId)) e.job_id = j;
   return e;
 }
 

@@ -48,7 +48,8 @@ WorkPtr ProcessGroup::enqueue(OpDesc desc, Millis timeout,
   const auto me = std::this_thread::get_id();
   if (me == thread_.get_id() || (running_here_ && me == here_thread_))
     throw InvalidArgument(detail::concat(
-        op_kind_name(desc.kind), ": issued from the group's own comm thread (inside a "
+        op_kind_name(desc.kind),
+        ": issued from the group's own comm thread (inside a "
         "composite body?); waiting on it there would deadlock: call the Backend directly"));
   const bool collective = desc.kind != OpKind::Send && desc.kind != OpKind::Recv;
   if (collective) desc.seq = next_seq_++;
@@ -56,7 +57,7 @@ WorkPtr ProcessGroup::enqueue(OpDesc desc, Millis timeout,
       desc, timeout, context_for(desc),
       [link = link_](std::exception_ptr err) {
         std::lock_guard<std::mutex> l(link->mu);
-        if (link->group) link->group->abort(err);
+        if (link->group) link->group->abort(std::move(err));
       },
       [link = link_](Work& w) {
         std::lock_guard<std::mutex> l(link->mu);  // the group outlives the run
@@ -141,10 +142,11 @@ void ProcessGroup::run_task(Task& task) {
     err = std::current_exception();
   } catch (const std::exception& e) {
     // Anything else a transport or a composite body throws gets this rank's context.
-    err = std::make_exception_ptr(CommError(CommError::Kind::Failed, op_context(*backend_, ctx.desc, &ctx), e.what()));
+    err = std::make_exception_ptr(
+        CommError(CommError::Kind::Failed, op_context(*backend_, ctx.desc, &ctx), e.what()));
   } catch (...) {
-    err = std::make_exception_ptr(CommError(CommError::Kind::Failed, op_context(*backend_, ctx.desc, &ctx),
-                                            "unknown exception"));
+    err = std::make_exception_ptr(CommError(
+        CommError::Kind::Failed, op_context(*backend_, ctx.desc, &ctx), "unknown exception"));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -163,9 +165,10 @@ void ProcessGroup::fail_locked(std::exception_ptr err) {
 
 void ProcessGroup::abort(std::exception_ptr why) {
   std::lock_guard<std::mutex> lock(mu_);
-  fail_locked(why ? why
-                  : std::make_exception_ptr(CommError(CommError::Kind::Aborted,
-                                                      context_for(OpDesc{}), "aborted by the program")));
+  fail_locked(
+      why ? std::move(why)
+          : std::make_exception_ptr(CommError(CommError::Kind::Aborted, context_for(OpDesc{}),
+                                              "aborted by the program")));
 }
 
 bool ProcessGroup::broken() const {
@@ -187,7 +190,7 @@ void ProcessGroup::check_descriptor(const OpContext& ctx) {
   m[4] = static_cast<int64_t>(d.op);
   m[5] = d.root;
   m[6] = d.fingerprint;
-  auto all = at::empty({kFields * size_}, at::kLong);
+  auto all = at::empty({static_cast<int64_t>(kFields) * size_}, at::kLong);
   OpContext check = ctx;
   check.desc.kind = OpKind::Allgather;
   check.desc.numel = kFields;
@@ -202,7 +205,7 @@ void ProcessGroup::check_descriptor(const OpContext& ctx) {
   }
   const auto* a = all.data_ptr<int64_t>();
   for (int r = 0; r < size_; ++r) {
-    const int64_t* o = a + r * kFields;
+    const int64_t* o = a + static_cast<ptrdiff_t>(r) * kFields;
     if (std::equal(o, o + kFields, m)) continue;
     OpDesc theirs;
     theirs.kind = static_cast<OpKind>(o[0]);
@@ -236,16 +239,17 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> ts, const Allr
   for (const auto& t : ts) {
     validate_tensor(t, "allreduce_coalesced");
     if (t.scalar_type() != ts[0].scalar_type())
-      throw InvalidArgument(detail::concat("allreduce_coalesced: tensors mix ",
-                                           dtype_name(ts[0].scalar_type()), " and ",
-                                           dtype_name(t.scalar_type()), "; use one call per dtype"));
+      throw InvalidArgument(
+          detail::concat("allreduce_coalesced: tensors mix ", dtype_name(ts[0].scalar_type()),
+                         " and ", dtype_name(t.scalar_type()), "; use one call per dtype"));
     numel += t.numel();
   }
   validate_reduce(ts[0], o.op, "allreduce_coalesced");
   OpDesc d{OpKind::Allreduce, 0, numel, ts[0].scalar_type(), o.op, -1, 0};
-  return enqueue(d, resolve(o.timeout), [this, ts = std::move(ts), op = o.op](const OpContext& ctx) mutable {
-    backend_->allreduce_coalesced(ts, op, ctx);
-  });
+  return enqueue(d, resolve(o.timeout),
+                 [this, ts = std::move(ts), op = o.op](const OpContext& ctx) mutable {
+                   backend_->allreduce_coalesced(ts, op, ctx);
+                 });
 }
 
 WorkPtr ProcessGroup::broadcast(at::Tensor& t, const BroadcastOptions& o) {
@@ -257,8 +261,7 @@ WorkPtr ProcessGroup::broadcast(at::Tensor& t, const BroadcastOptions& o) {
   });
 }
 
-WorkPtr ProcessGroup::allgather(at::Tensor& out, const at::Tensor& in,
-                                const AllgatherOptions& o) {
+WorkPtr ProcessGroup::allgather(at::Tensor& out, const at::Tensor& in, const AllgatherOptions& o) {
   validate_pair(out, in, "allgather");
   validate_multiple(out, in.numel() * size_, "allgather", "output", "size() * input.numel()");
   OpDesc d{OpKind::Allgather, 0, in.numel(), in.scalar_type(), ReduceOp::Sum, -1, 0};
@@ -335,9 +338,8 @@ WorkPtr ProcessGroup::run_composite(int64_t numel, at::ScalarType dtype,
                                     Millis timeout, int64_t fingerprint) {
   OpDesc d{OpKind::Composite, 0, numel, dtype, ReduceOp::Sum, -1, 0};
   d.fingerprint = fingerprint;
-  return enqueue(d, resolve(timeout), [this, body = std::move(body)](const OpContext& ctx) {
-    body(*backend_, ctx);
-  });
+  return enqueue(d, resolve(timeout),
+                 [this, body = std::move(body)](const OpContext& ctx) { body(*backend_, ctx); });
 }
 
 }  // namespace lockstep::comm

@@ -46,15 +46,19 @@ struct SumOp {
 struct MaxOp {
   template <typename T>
   static T apply(T a, T b) {
-    if constexpr (std::is_floating_point_v<T>) return (a > b || a != a) ? a : b;
-    else return a > b ? a : b;
+    if constexpr (std::is_floating_point_v<T>)
+      return (a > b || a != a) ? a : b;
+    else
+      return a > b ? a : b;
   }
 };
 struct MinOp {
   template <typename T>
   static T apply(T a, T b) {
-    if constexpr (std::is_floating_point_v<T>) return (a < b || a != a) ? a : b;
-    else return a < b ? a : b;
+    if constexpr (std::is_floating_point_v<T>)
+      return (a < b || a != a) ? a : b;
+    else
+      return a < b ? a : b;
   }
 };
 
@@ -69,15 +73,14 @@ void native_2(T* __restrict d, const T* __restrict a, const T* __restrict b, int
   for (int64_t i = 0; i < n; ++i) d[i] = Op::apply(a[i], b[i]);
 }
 template <typename Op, typename T>
-void native_3(T* __restrict d, const T* __restrict a, const T* __restrict b,
-              const T* __restrict c, int64_t n) {
+void native_3(T* __restrict d, const T* __restrict a, const T* __restrict b, const T* __restrict c,
+              int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] = Op::apply(Op::apply(a[i], b[i]), c[i]);
 }
 template <typename Op, typename T>
-void native_4(T* __restrict d, const T* __restrict a, const T* __restrict b,
-              const T* __restrict c, const T* __restrict e, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    d[i] = Op::apply(Op::apply(Op::apply(a[i], b[i]), c[i]), e[i]);
+void native_4(T* __restrict d, const T* __restrict a, const T* __restrict b, const T* __restrict c,
+              const T* __restrict e, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = Op::apply(Op::apply(Op::apply(a[i], b[i]), c[i]), e[i]);
 }
 // Fold srcs[from..k) into d in place, three at a time.
 template <typename Op, typename T>
@@ -87,8 +90,7 @@ void native_fold(T* __restrict d, const T* const* srcs, int from, int k, int64_t
     const T* __restrict a = srcs[j];
     const T* __restrict b = srcs[j + 1];
     const T* __restrict c = srcs[j + 2];
-    for (int64_t i = 0; i < n; ++i)
-      d[i] = Op::apply(Op::apply(Op::apply(d[i], a[i]), b[i]), c[i]);
+    for (int64_t i = 0; i < n; ++i) d[i] = Op::apply(Op::apply(Op::apply(d[i], a[i]), b[i]), c[i]);
   }
   for (; j < k; ++j) native_inplace<Op>(d, srcs[j], n);
 }
@@ -101,9 +103,15 @@ void native_block(T* d, const T* const* s, int k, int64_t n) {
     return;
   }
   switch (k) {
-    case 1: std::memcpy(d, s[0], n * sizeof(T)); return;
-    case 2: native_2<Op>(d, s[0], s[1], n); return;
-    case 3: native_3<Op>(d, s[0], s[1], s[2], n); return;
+    case 1:
+      std::memcpy(d, s[0], n * sizeof(T));
+      return;
+    case 2:
+      native_2<Op>(d, s[0], s[1], n);
+      return;
+    case 3:
+      native_3<Op>(d, s[0], s[1], s[2], n);
+      return;
     default:
       native_4<Op>(d, s[0], s[1], s[2], s[3], n);
       native_fold<Op>(d, s, 4, k, n);
@@ -160,13 +168,20 @@ void half_many(H* d, const void* const* srcs, int k, int64_t n) {
 template <typename Op>
 void many_for_op(void* dst, const void* const* srcs, int k, int64_t n, at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return native_many<Op>(static_cast<float*>(dst), srcs, k, n);
-    case at::kDouble: return native_many<Op>(static_cast<double*>(dst), srcs, k, n);
-    case at::kInt: return native_many<Op>(static_cast<int32_t*>(dst), srcs, k, n);
-    case at::kLong: return native_many<Op>(static_cast<int64_t*>(dst), srcs, k, n);
-    case at::kByte: return native_many<Op>(static_cast<uint8_t*>(dst), srcs, k, n);
-    case at::kBFloat16: return half_many<Op>(static_cast<c10::BFloat16*>(dst), srcs, k, n);
-    case at::kHalf: return half_many<Op>(static_cast<c10::Half*>(dst), srcs, k, n);
+    case at::kFloat:
+      return native_many<Op>(static_cast<float*>(dst), srcs, k, n);
+    case at::kDouble:
+      return native_many<Op>(static_cast<double*>(dst), srcs, k, n);
+    case at::kInt:
+      return native_many<Op>(static_cast<int32_t*>(dst), srcs, k, n);
+    case at::kLong:
+      return native_many<Op>(static_cast<int64_t*>(dst), srcs, k, n);
+    case at::kByte:
+      return native_many<Op>(static_cast<uint8_t*>(dst), srcs, k, n);
+    case at::kBFloat16:
+      return half_many<Op>(static_cast<c10::BFloat16*>(dst), srcs, k, n);
+    case at::kHalf:
+      return half_many<Op>(static_cast<c10::Half*>(dst), srcs, k, n);
     default:
       throw InvalidArgument(detail::concat("reduce: unsupported dtype ", c10::toString(t)));
   }
@@ -181,11 +196,14 @@ void divide_all(T* __restrict d, int64_t n, A divisor) {
 
 void divide_inplace(void* d, int64_t n, at::ScalarType t, int64_t divisor) {
   switch (t) {
-    case at::kFloat: return divide_all(static_cast<float*>(d), n, static_cast<float>(divisor));
-    case at::kDouble: return divide_all(static_cast<double*>(d), n, static_cast<double>(divisor));
+    case at::kFloat:
+      return divide_all(static_cast<float*>(d), n, static_cast<float>(divisor));
+    case at::kDouble:
+      return divide_all(static_cast<double*>(d), n, static_cast<double>(divisor));
     case at::kBFloat16:
       return divide_all(static_cast<c10::BFloat16*>(d), n, static_cast<float>(divisor));
-    case at::kHalf: return divide_all(static_cast<c10::Half*>(d), n, static_cast<float>(divisor));
+    case at::kHalf:
+      return divide_all(static_cast<c10::Half*>(d), n, static_cast<float>(divisor));
     default:
       throw InvalidArgument(detail::concat("divide: unsupported dtype ", c10::toString(t),
                                            " (avg needs a floating-point tensor)"));
@@ -197,9 +215,12 @@ void reduce_many(void* dst, const void* const* srcs, int k, int64_t n, at::Scala
   LOCKSTEP_CHECK(k >= 1, "reduce_many needs at least one source");
   if (n <= 0) return;
   switch (op) {
-    case ReduceOp::Sum: return many_for_op<SumOp>(dst, srcs, k, n, t);
-    case ReduceOp::Max: return many_for_op<MaxOp>(dst, srcs, k, n, t);
-    case ReduceOp::Min: return many_for_op<MinOp>(dst, srcs, k, n, t);
+    case ReduceOp::Sum:
+      return many_for_op<SumOp>(dst, srcs, k, n, t);
+    case ReduceOp::Max:
+      return many_for_op<MaxOp>(dst, srcs, k, n, t);
+    case ReduceOp::Min:
+      return many_for_op<MinOp>(dst, srcs, k, n, t);
     default:
       throw InvalidArgument(detail::concat("reduce: unsupported op ", static_cast<int>(op),
                                            " (Avg is handled by the process group)"));

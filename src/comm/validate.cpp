@@ -10,7 +10,8 @@ void validate_tensor(const at::Tensor& t, const char* op) {
     throw InvalidArgument(detail::concat(op, ": tensor is on ", t.device().str(),
                                          "; this process group handles CPU tensors"));
   if (!t.is_contiguous())
-    throw InvalidArgument(detail::concat(op, ": tensor must be contiguous (call .contiguous() "
+    throw InvalidArgument(detail::concat(op,
+                                         ": tensor must be contiguous (call .contiguous() "
                                          "and copy the result back)"));
   if (!is_supported_dtype(t.scalar_type()))
     throw InvalidArgument(detail::concat(op, ": dtype ", dtype_name(t.scalar_type()),
@@ -41,8 +42,8 @@ void validate_rank(int r, int size, const char* what) {
 void validate_multiple(const at::Tensor& t, int64_t expected, const char* op, const char* name,
                        const char* formula) {
   if (t.numel() != expected)
-    throw InvalidArgument(detail::concat(op, ": ", name, " has ", t.numel(),
-                                         " elements, expected ", formula, " = ", expected));
+    throw InvalidArgument(detail::concat(op, ": ", name, " has ", t.numel(), " elements, expected ",
+                                         formula, " = ", expected));
 }
 
 std::string describe_mismatch(int rank, const OpDesc& mine, int other, const OpDesc& theirs) {

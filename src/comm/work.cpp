@@ -9,8 +9,7 @@ constexpr Millis kReportGrace{2000};
 }  // namespace
 
 Work::Work(OpDesc desc, Millis timeout, CommContext base,
-           std::function<void(std::exception_ptr)> on_timeout,
-           std::function<void(Work&)> run_here)
+           std::function<void(std::exception_ptr)> on_timeout, std::function<void(Work&)> run_here)
     : desc_(desc),
       timeout_(timeout),
       base_(std::move(base)),
@@ -22,12 +21,6 @@ bool Work::is_completed() const {
   return done_;
 }
 
-double Work::duration_s() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!done_ || !started_) return 0;
-  return std::chrono::duration<double>(end_time_ - start_time_).count();
-}
-
 void Work::mark_started() {
   std::lock_guard<std::mutex> lock(mu_);
   started_ = true;
@@ -37,9 +30,7 @@ void Work::mark_started() {
 void Work::finish(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!started_) start_time_ = Clock::now();
     done_ = true;
-    end_time_ = Clock::now();
     error_ = std::move(error);
   }
   cv_.notify_all();
@@ -67,10 +58,10 @@ void Work::wait() {
     CommContext ctx = base_;
     ctx.elapsed_s = std::chrono::duration<double>(Clock::now() - start_time_).count();
     ctx.timeout_s = std::chrono::duration<double>(timeout_).count();
-    auto err = std::make_exception_ptr(CommError(
-        CommError::Kind::Timeout, ctx,
-        "the operation did not complete; a peer may be stuck or dead "
-        "(raise the timeout with LOCKSTEP_TIMEOUT_S if it is just slow)"));
+    auto err = std::make_exception_ptr(
+        CommError(CommError::Kind::Timeout, ctx,
+                  "the operation did not complete; a peer may be stuck or dead "
+                  "(raise the timeout with LOCKSTEP_TIMEOUT_S if it is just slow)"));
     lock.unlock();
     if (on_timeout_) on_timeout_(err);
     std::rethrow_exception(err);

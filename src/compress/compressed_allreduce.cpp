@@ -1,9 +1,12 @@
 // QSGD scatter-reduce-allgather (see compressed_allreduce.h for the algorithm and contract).
 #include <lockstep/compress/compressed_allreduce.h>
 
+#include "compress/progress_thread.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
@@ -21,7 +24,9 @@ char* bytes_of(at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 // dtype <-> float32 for the owner's accumulator.
 void load_float(const at::Tensor& flat, int64_t off, int64_t n, float* out) {
   switch (flat.scalar_type()) {
-    case at::kFloat: std::memcpy(out, flat.data_ptr<float>() + off, size_t(n) * 4); break;
+    case at::kFloat:
+      std::memcpy(out, flat.data_ptr<float>() + off, size_t(n) * 4);
+      break;
     case at::kBFloat16: {
       const c10::BFloat16* p = flat.data_ptr<c10::BFloat16>() + off;
       for (int64_t i = 0; i < n; ++i) out[i] = float(p[i]);
@@ -46,15 +51,21 @@ CompressedAllreduce::CompressedAllreduce(QsgdOptions options, std::vector<LayerS
   validate(opts_);
   LOCKSTEP_CHECK(world_ >= 1, "world_size must be >= 1, got ", world_);
   LOCKSTEP_CHECK(numel_ >= 0, "numel must be >= 0");
+  fill_holes();
+  split_parts();
+  cut_rounds();
+}
+
+// Sorts the layers and fills holes (elements no layer claims) with unnamed plain layers,
+// so the whole buffer is reduced; overlapping or out-of-range layers are refused.
+void CompressedAllreduce::fill_holes() {
   std::sort(layers_.begin(), layers_.end(),
             [](const LayerSpan& a, const LayerSpan& b) { return a.offset < b.offset; });
-  // Fill holes (elements no layer claims) with unnamed plain layers, so the whole buffer
-  // is reduced and the check below sees a partition.
   std::vector<LayerSpan> all;
   int64_t at = 0;
   for (const auto& l : layers_) {
-    LOCKSTEP_CHECK(l.numel >= 0 && l.offset >= at && l.offset + l.numel <= numel_,
-                   "layer '", l.name, "' [", l.offset, ", ", l.offset + l.numel,
+    LOCKSTEP_CHECK(l.numel >= 0 && l.offset >= at && l.offset + l.numel <= numel_, "layer '",
+                   l.name, "' [", l.offset, ", ", l.offset + l.numel,
                    ") overlaps another or lies outside the buffer of ", numel_);
     if (l.offset > at) all.push_back({"<unnamed>", at, l.offset - at});
     all.push_back(l);
@@ -62,9 +73,11 @@ CompressedAllreduce::CompressedAllreduce(QsgdOptions options, std::vector<LayerS
   }
   if (at < numel_) all.push_back({"<unnamed>", at, numel_ - at});
   layers_ = std::move(all);
+}
 
-  // Global bucket list of compressed layers, split into world_ parts by element count.
-  const CodecOptions codec = opts_.codec();
+// The policy per layer; the global bucket list of compressed layers split into world_
+// parts of about equal element count, on bucket boundaries.
+void CompressedAllreduce::split_parts() {
   int64_t total = 0;
   std::vector<int> comp;
   for (int i = 0; i < int(layers_.size()); ++i) {
@@ -79,7 +92,6 @@ CompressedAllreduce::CompressedAllreduce(QsgdOptions options, std::vector<LayerS
   }
   parts_.assign(size_t(world_), {});
   part_elems_.assign(size_t(world_), 0);
-  part_bytes_.assign(size_t(world_), 0);
   int64_t seen = 0;
   uint64_t bucket = 0;
   for (int li : comp) {
@@ -89,7 +101,8 @@ CompressedAllreduce::CompressedAllreduce(QsgdOptions options, std::vector<LayerS
       // The part is fixed by where the bucket starts: boundaries near r * total / P.
       const int r = int(std::min<int64_t>(world_ - 1, (seen * world_) / total));
       auto& runs = parts_[size_t(r)];
-      if (!runs.empty() && runs.back().layer == li && runs.back().offset + runs.back().numel == l.offset + s)
+      if (!runs.empty() && runs.back().layer == li &&
+          runs.back().offset + runs.back().numel == l.offset + s)
         runs.back().numel += len;
       else
         runs.push_back({l.offset + s, len, li, bucket});
@@ -97,9 +110,12 @@ CompressedAllreduce::CompressedAllreduce(QsgdOptions options, std::vector<LayerS
       seen += len;
     }
   }
-  // Pipeline rounds: every part is cut into K chunks on bucket boundaries (chunk c of part
-  // r = its buckets [c*nb_r/K, (c+1)*nb_r/K)). Rounding is keyed by the global bucket index,
-  // so the decoded values do not depend on K; only the messages do (wire-format.md).
+}
+
+// Pipeline rounds: every part is cut into K chunks on bucket boundaries (chunk c of part
+// r = its buckets [c*nb_r/K, (c+1)*nb_r/K)). Rounding is keyed by the global bucket index,
+// so the decoded values do not depend on K; only the messages do (wire-format.md).
+void CompressedAllreduce::cut_rounds() {
   const int64_t max_part = *std::max_element(part_elems_.begin(), part_elems_.end());
   int64_t k = 1;
   if (opts_.pipeline_chunk > 0 && max_part > 0)
@@ -130,6 +146,8 @@ CompressedAllreduce::CompressedAllreduce(QsgdOptions options, std::vector<LayerS
       }
     }
   }
+  const CodecOptions codec = opts_.codec();
+  part_bytes_.assign(size_t(world_), 0);
   for (auto& ch : chunks_)
     for (int r = 0; r < world_; ++r) {
       for (const auto& run : ch.parts[size_t(r)])
@@ -149,7 +167,8 @@ comm::WorkPtr CompressedAllreduce::run_async(comm::ProcessGroup& group, at::Tens
   LOCKSTEP_CHECK_EQ(flat.numel(), numel_, "flat buffer size differs from the plan");
   const at::ScalarType dt = flat.scalar_type();
   LOCKSTEP_CHECK(dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf,
-                 "compressed allreduce takes float32, bfloat16 or float16, not ", c10::toString(dt));
+                 "compressed allreduce takes float32, bfloat16 or float16, not ",
+                 c10::toString(dt));
   // One call in flight per plan: a caller that dropped the previous work (e.g. a DDP step
   // abandoned by an exception) waits for it here; its failure, if any, already broke the
   // group and fails the new call as well.
@@ -166,8 +185,8 @@ comm::WorkPtr CompressedAllreduce::run_async(comm::ProcessGroup& group, at::Tens
   AllreduceStats st;
   st.plain_elems = plain_elems_;
   st.compressed_elems = numel_ - plain_elems_;
-  st.bytes_uncompressed = P > 1 ? 2 * (P - 1) * numel_ * es / P : 0;
-  if (P > 1 && plain_elems_ > 0) st.bytes_sent += 2 * (P - 1) * plain_elems_ * es / P;
+  st.bytes_uncompressed = P > 1 ? 2 * int64_t(P - 1) * numel_ * es / P : 0;
+  if (P > 1 && plain_elems_ > 0) st.bytes_sent += 2 * int64_t(P - 1) * plain_elems_ * es / P;
   if (P > 1 && slot_bytes_ > 0) {
     for (int r = 0; r < P; ++r)
       if (r != me) st.bytes_sent += part_bytes_[size_t(r)];
@@ -210,6 +229,7 @@ CompressedAllreduce::~CompressedAllreduce() {
   // up and broke the group, which makes the backend give up promptly): let it finish.
   while (inflight_ && !inflight_->is_completed())
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  helper_.reset();  // idle now: the exchange waited for its job
 }
 
 AllreduceStats CompressedAllreduce::finish() {
@@ -218,245 +238,347 @@ AllreduceStats CompressedAllreduce::finish() {
   if (bad_ >= 0) {
     const std::string& bad_layer = layers_[size_t(bad_)].name;
     bad_ = -1;
-    throw NonFiniteGradient(bad_layer, detail::concat(
-        "NaN or Inf in the gradient of layer '", bad_layer, "' (rank ", last_rank_, "/", world_,
-        ", compressed allreduce call ", last_step_, "): refusing to spread it; check the loss "
-        "scale or learning rate of that layer"));
+    throw NonFiniteGradient(
+        bad_layer,
+        detail::concat("NaN or Inf in the gradient of layer '", bad_layer, "' (rank ", last_rank_,
+                       "/", world_, ", compressed allreduce call ", last_step_,
+                       "): refusing to spread it; check the loss "
+                       "scale or learning rate of that layer"));
   }
   return last_stats_;
 }
 
-AllreduceStats CompressedAllreduce::run(comm::ProcessGroup& group, at::Tensor& flat,
-                                        bool average) {
+AllreduceStats CompressedAllreduce::run(comm::ProcessGroup& group, at::Tensor& flat, bool average) {
   run_async(group, flat, average)->wait();
   return finish();
 }
 
-// Runs on the group's comm thread (inside run_composite): calls the backend directly.
+// ---------------------------------------------------------------- the exchange, by phase
+//
+// Everything below runs inside the composite op (on the group's comm thread, or on a thread
+// waiting for the work), except the codec phases of a pipelined call, which run on the
+// plan's helper thread. Only the composite's thread calls the backend.
+
+struct CompressedAllreduce::Call {
+  const comm::OpContext& ctx;
+  at::Tensor& flat;
+  bool average;
+  int P, me;
+  at::ScalarType dt;
+  int64_t es;  // element size of flat
+  CodecOptions codec;
+  bool ef;           // error feedback on (and something crosses a link)
+  StreamKey k1, k2;  // rounding streams of quantization #1 (scatter) and #2 (gather)
+  // Per round c: byte offset of its slots in send_/recv_/gather_out_ (times P) and in
+  // gather_in_, and element offset of my part's chunk in acc_ ([K] = the totals).
+  std::vector<int64_t> soff, aoff;
+};
+
+// Pipeline hand-off between the composite's thread (transfers) and the helper (codec):
+// counts of rounds done per phase; stop() wakes both when either side fails.
+struct CompressedAllreduce::RoundProgress {
+  std::mutex m;
+  std::condition_variable cv;
+  int encoded = 0, scattered = 0, reduced = 0, gathered = 0;
+  bool abort = false;
+
+  void bump(int& done) {
+    {
+      std::lock_guard<std::mutex> l(m);
+      ++done;
+    }
+    cv.notify_all();
+  }
+  // Waits until `done` reached `target`; false if the call is being abandoned.
+  bool await(const int& done, int target) {
+    std::unique_lock<std::mutex> l(m);
+    cv.wait(l, [&] { return abort || done >= target; });
+    return !abort;
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> l(m);
+      abort = true;
+    }
+    cv.notify_all();
+  }
+};
+
 void CompressedAllreduce::exchange(comm::Backend& be, const comm::OpContext& ctx, at::Tensor& flat,
                                    bool average, uint64_t step) {
-  using comm::OpKind;
-  using comm::step_context;
+  const Call call = start_call(be, ctx, flat, average, step);
+  if (call.P == 1) {  // nothing crosses a link: no quantization, only the NaN/Inf check
+    check_finite_local(call);
+    return;
+  }
+  if (plain_elems_ > 0) allreduce_plain(be, call);     // 1. plain layers, one allreduce
+  if (slot_bytes_ > 0) exchange_compressed(be, call);  // 2.-4. the compressed layers
+  if (plain_elems_ > 0) place_plain(call);             // 5. plain layers back into place
+}
+
+CompressedAllreduce::Call CompressedAllreduce::start_call(const comm::Backend& be,
+                                                          const comm::OpContext& ctx,
+                                                          at::Tensor& flat, bool average,
+                                                          uint64_t step) {
   const int P = be.size(), me = be.rank();
-  const at::ScalarType dt = flat.scalar_type();
-  const int64_t es = flat.element_size();
-  const CodecOptions codec = opts_.codec();
   const bool ef = opts_.error_feedback && P > 1;
   if (ef && residual_.size() != size_t(numel_)) residual_.assign(size_t(numel_), 0.0f);
-  int& bad = bad_;  // first non-finite layer in buffer order (the same on every rank)
-  auto note_bad = [&](int li) {
-    if (bad < 0 || layers_[size_t(li)].offset < layers_[size_t(bad)].offset) bad = li;
-  };
-
-  if (P == 1) {  // nothing crosses a link: no quantization, only the NaN/Inf check
-    for (size_t i = 0; i < layers_.size(); ++i)
-      if (!all_finite(bytes_of(flat) + layers_[i].offset * es, dt, layers_[i].numel)) {
-        note_bad(int(i));
-        break;
-      }
+  const int K = rounds();
+  std::vector<int64_t> soff(size_t(K) + 1, 0), aoff(size_t(K) + 1, 0);
+  for (int c = 0; c < K; ++c) {
+    soff[size_t(c) + 1] = soff[size_t(c)] + chunks_[size_t(c)].slot;
+    aoff[size_t(c) + 1] = aoff[size_t(c)] + chunks_[size_t(c)].part_elems[size_t(me)];
   }
+  return Call{ctx,
+              flat,
+              average,
+              P,
+              me,
+              flat.scalar_type(),
+              int64_t(flat.element_size()),
+              opts_.codec(),
+              ef,
+              StreamKey{opts_.seed, step, uint32_t(me), kPhaseScatter},
+              StreamKey{opts_.seed, step, uint32_t(me), kPhaseGather},
+              std::move(soff),
+              std::move(aoff)};
+}
 
-  // 1. Plain layers: one allreduce of their concatenation.
-  const bool any_plain = P > 1 && plain_elems_ > 0;
-  if (any_plain) {
-    if (!plain_.defined() || plain_.numel() != plain_elems_ || plain_.scalar_type() != dt)
-      plain_ = at::empty({plain_elems_}, flat.options());
-    int64_t at = 0;
-    for (int li : plain_layers_) {
-      const auto& l = layers_[size_t(li)];
-      std::memcpy(bytes_of(plain_) + at * es, bytes_of(flat) + l.offset * es, size_t(l.numel * es));
-      at += l.numel;
+// First non-finite layer in buffer order: the same on every rank, since all decode the
+// same bytes and see the same plain sums.
+void CompressedAllreduce::note_bad(int layer) {
+  if (bad_ < 0 || layers_[size_t(layer)].offset < layers_[size_t(bad_)].offset) bad_ = layer;
+}
+
+void CompressedAllreduce::check_finite_local(const Call& call) {
+  for (size_t i = 0; i < layers_.size(); ++i)
+    if (!all_finite(bytes_of(call.flat) + layers_[i].offset * call.es, call.dt, layers_[i].numel)) {
+      note_bad(int(i));
+      return;
     }
-    be.allreduce(plain_, comm::ReduceOp::Sum,
-                 step_context(ctx, OpKind::Allreduce, plain_elems_, dt));
-  }
+}
 
-  const bool any_comp = slot_bytes_ > 0 && P > 1;
-  if (any_comp) {
-    const int K = int(chunks_.size());
-    // Byte offsets of each round in the send/recv (P slots) and gather-in (1 slot) buffers,
-    // and of my part's chunk in the accumulator.
-    std::vector<int64_t> soff(size_t(K) + 1, 0), aoff(size_t(K) + 1, 0);
+// 1. The plain layers, concatenated into plain_, in one allreduce.
+void CompressedAllreduce::allreduce_plain(comm::Backend& be, const Call& call) {
+  const int64_t es = call.es;
+  if (!plain_.defined() || plain_.numel() != plain_elems_ || plain_.scalar_type() != call.dt)
+    plain_ = at::empty({plain_elems_}, call.flat.options());
+  int64_t at = 0;
+  for (int li : plain_layers_) {
+    const auto& l = layers_[size_t(li)];
+    std::memcpy(bytes_of(plain_) + at * es, bytes_of(call.flat) + l.offset * es,
+                size_t(l.numel * es));
+    at += l.numel;
+  }
+  be.allreduce(plain_, comm::ReduceOp::Sum,
+               comm::step_context(call.ctx, comm::OpKind::Allreduce, plain_elems_, call.dt));
+}
+
+// 5. The plain sums back into place (averaged if asked), with their own NaN/Inf check.
+void CompressedAllreduce::place_plain(const Call& call) {
+  const int64_t es = call.es;
+  if (call.average) plain_.div_(call.P);
+  int64_t at = 0;
+  for (int li : plain_layers_) {
+    const auto& l = layers_[size_t(li)];
+    std::memcpy(bytes_of(call.flat) + l.offset * es, bytes_of(plain_) + at * es,
+                size_t(l.numel * es));
+    if (!all_finite(bytes_of(plain_) + at * es, call.dt, l.numel)) note_bad(li);
+    at += l.numel;
+  }
+}
+
+// 2.-4. The compressed layers: one round at a time on this thread, or pipelined.
+void CompressedAllreduce::exchange_compressed(comm::Backend& be, const Call& call) {
+  const int64_t total = call.soff.back();  // slot bytes summed over the rounds
+  ensure_bytes(send_, call.P * total);
+  ensure_bytes(recv_, call.P * total);
+  ensure_bytes(gather_in_, total);
+  ensure_bytes(gather_out_, call.P * total);
+  acc_.resize(size_t(part_elems_[size_t(call.me)]));
+  if (rounds() > 1) {
+    run_pipelined(be, call);
+    return;
+  }
+  encode_round(call, 0);
+  alltoall_round(be, call, 0);
+  sum_round(call, 0);
+  reencode_round(call, 0);
+  allgather_round(be, call, 0);
+  decode_round(call, 0);
+}
+
+// Pipeline: this thread makes only the backend calls, in a fixed order (alltoall 0..K-1,
+// then allgather 0..K-1: the same on every rank); the helper does all the codec work in
+// dependency order, so encoding round c+1 and reducing round c overlap the transfer of
+// round c. A failure on either side stops the other; the helper is always waited for
+// before this returns, since the job references this call's state.
+void CompressedAllreduce::run_pipelined(comm::Backend& be, const Call& call) {
+  if (!helper_) helper_ = std::make_unique<ProgressThread>();
+  RoundProgress progress;
+  helper_->post([this, &call, &progress] { codec_rounds(call, progress); });
+  try {
+    transfer_rounds(be, call, progress);
+  } catch (...) {
+    progress.stop();
+    try {
+      helper_->wait();
+    } catch (...) {  // the transfer's failure is the one to report
+    }
+    throw;
+  }
+  helper_->wait();  // rethrows the helper's failure, if any
+}
+
+// The composite's side of the pipeline: each round's transfer once its input is ready.
+void CompressedAllreduce::transfer_rounds(comm::Backend& be, const Call& call,
+                                          RoundProgress& progress) {
+  const int K = rounds();
+  for (int c = 0; c < K; ++c) {
+    if (!progress.await(progress.encoded, c + 1)) return;  // the helper failed: wait() says why
+    alltoall_round(be, call, c);
+    progress.bump(progress.scattered);
+  }
+  for (int c = 0; c < K; ++c) {
+    if (!progress.await(progress.reduced, c + 1)) return;
+    allgather_round(be, call, c);
+    progress.bump(progress.gathered);
+  }
+}
+
+// The helper's side: every codec phase of every round, each once its input arrived.
+void CompressedAllreduce::codec_rounds(const Call& call, RoundProgress& progress) {
+  const int K = rounds();
+  try {
     for (int c = 0; c < K; ++c) {
-      soff[size_t(c) + 1] = soff[size_t(c)] + chunks_[size_t(c)].slot;
-      aoff[size_t(c) + 1] = aoff[size_t(c)] + chunks_[size_t(c)].part_elems[size_t(me)];
+      encode_round(call, c);
+      progress.bump(progress.encoded);
     }
-    ensure_bytes(send_, P * soff[size_t(K)]);
-    ensure_bytes(recv_, P * soff[size_t(K)]);
-    ensure_bytes(gather_in_, soff[size_t(K)]);
-    ensure_bytes(gather_out_, P * soff[size_t(K)]);
-    acc_.resize(size_t(part_elems_[size_t(me)]));
-    const StreamKey k1{opts_.seed, step, uint32_t(me), kPhaseScatter};
-    const StreamKey k2{opts_.seed, step, uint32_t(me), kPhaseGather};
+    for (int c = 0; c < K; ++c) {
+      if (!progress.await(progress.scattered, c + 1)) return;
+      sum_round(call, c);
+      reencode_round(call, c);
+      progress.bump(progress.reduced);
+    }
+    for (int c = 0; c < K; ++c) {
+      if (!progress.await(progress.gathered, c + 1)) return;
+      decode_round(call, c);
+    }
+  } catch (...) {
+    progress.stop();  // unblock the transfers; the exception reaches them through wait()
+    throw;
+  }
+}
 
-    // 2. Round c, quantization #1 of the parts this rank does not own.
-    auto encode_scatter = [&](int c) {
-      const Chunk& ch = chunks_[size_t(c)];
-      for (int r = 0; r < P; ++r) {
-        if (r == me) continue;
-        uint8_t* out = send_.data_ptr<uint8_t>() + P * soff[size_t(c)] + r * ch.slot;
-        for (const auto& run : ch.parts[size_t(r)]) {
-          if (ef) {  // encode x + residual, keep the new residual
-            ef_x_.resize(size_t(run.numel));
-            ef_q_.resize(size_t(run.numel));
-            load_float(flat, run.offset, run.numel, ef_x_.data());
-            float* res = residual_.data() + run.offset;
-            for (int64_t i = 0; i < run.numel; ++i) ef_x_[size_t(i)] += res[i];
-            encode(ef_x_.data(), run.numel, codec, k1, run.first_bucket, out);
-            decode(out, run.numel, codec, ef_q_.data());
-            for (int64_t i = 0; i < run.numel; ++i) res[i] = ef_x_[size_t(i)] - ef_q_[size_t(i)];
-          } else {
-            encode(bytes_of(flat) + run.offset * es, dt, run.numel, codec, k1, run.first_bucket, out);
-          }
-          out += encoded_bytes(run.numel, codec);
-        }
-      }
-    };
-    // 3. Round c, owner: exact own values + decoded copies, (average), quantization #2.
-    auto reduce_encode = [&](int c) {
-      const Chunk& ch = chunks_[size_t(c)];
-      const auto& mine = ch.parts[size_t(me)];
-      float* acc = acc_.data() + aoff[size_t(c)];
-      int64_t a = 0;
-      for (const auto& run : mine) {
-        load_float(flat, run.offset, run.numel, acc + a);
-        if (ef) {
-          const float* res = residual_.data() + run.offset;
-          for (int64_t i = 0; i < run.numel; ++i) acc[a + i] += res[i];
-        }
-        a += run.numel;
-      }
-      for (int r = 0; r < P; ++r) {
-        if (r == me) continue;
-        const uint8_t* in = recv_.data_ptr<uint8_t>() + P * soff[size_t(c)] + r * ch.slot;
-        a = 0;
-        for (const auto& run : mine) {
-          decode_add(in, run.numel, codec, acc + a);  // NaN marks turn into NaN sums
-          in += encoded_bytes(run.numel, codec);
-          a += run.numel;
-        }
-      }
-      if (average) {
-        const float p = float(P);
-        for (int64_t i = 0; i < ch.part_elems[size_t(me)]; ++i) acc[i] /= p;
-      }
-      uint8_t* out = gather_in_.data_ptr<uint8_t>() + soff[size_t(c)];
-      a = 0;
-      for (const auto& run : mine) {
-        encode(acc + a, run.numel, codec, k2, run.first_bucket, out);
-        if (ef) {  // the owned part's share of the phase-2 error, scaled back to a sum term
-          tmp_.resize(size_t(run.numel));
-          decode(out, run.numel, codec, tmp_.data());
-          float* res = residual_.data() + run.offset;
-          const float scale = average ? float(P) : 1.0f;
-          for (int64_t i = 0; i < run.numel; ++i) res[i] = (acc[a + i] - tmp_[size_t(i)]) * scale;
-        }
-        out += encoded_bytes(run.numel, codec);
-        a += run.numel;
-      }
-    };
-    // 4. Round c: every rank (the owner too) decodes every owner's bytes.
-    auto decode_gather = [&](int c) {
-      const Chunk& ch = chunks_[size_t(c)];
-      for (int r = 0; r < P; ++r) {
-        const uint8_t* in = gather_out_.data_ptr<uint8_t>() + P * soff[size_t(c)] + r * ch.slot;
-        for (const auto& run : ch.parts[size_t(r)]) {
-          if (decode(in, run.numel, codec, bytes_of(flat) + run.offset * es, dt) >= 0)
-            note_bad(run.layer);
-          in += encoded_bytes(run.numel, codec);
-        }
-      }
-    };
-    auto alltoall = [&](int c) {
-      const int64_t slot = chunks_[size_t(c)].slot;
-      at::Tensor o = recv_.narrow(0, P * soff[size_t(c)], P * slot);
-      at::Tensor i = send_.narrow(0, P * soff[size_t(c)], P * slot);
-      be.alltoall(o, i, step_context(ctx, OpKind::Alltoall, P * slot, at::kByte));
-    };
-    auto allgather = [&](int c) {
-      const int64_t slot = chunks_[size_t(c)].slot;
-      at::Tensor o = gather_out_.narrow(0, P * soff[size_t(c)], P * slot);
-      at::Tensor i = gather_in_.narrow(0, soff[size_t(c)], slot);
-      be.allgather(o, i, step_context(ctx, OpKind::Allgather, slot, at::kByte));
-    };
-
-    if (K == 1) {
-      encode_scatter(0);
-      alltoall(0);
-      reduce_encode(0);
-      allgather(0);
-      decode_gather(0);
-    } else {
-      // Pipeline: this (comm) thread makes only the backend calls, in a fixed order
-      // (alltoall 0..K-1, then allgather 0..K-1: the same on every rank); one helper
-      // thread does all the codec work in dependency order, so encoding round c+1 and
-      // reducing round c overlap the transfer of round c.
-      struct Progress {
-        std::mutex m;
-        std::condition_variable cv;
-        int encoded = 0, scattered = 0, reduced = 0, gathered = 0;
-        bool abort = false;
-        std::exception_ptr helper_error;
-        void bump(int& x) {
-          { std::lock_guard<std::mutex> l(m); ++x; }
-          cv.notify_all();
-        }
-        bool await(const int& x, int target) {
-          std::unique_lock<std::mutex> l(m);
-          cv.wait(l, [&] { return abort || x >= target; });
-          return !abort;
-        }
-        void stop(std::exception_ptr e = nullptr) {
-          { std::lock_guard<std::mutex> l(m); abort = true; if (e && !helper_error) helper_error = e; }
-          cv.notify_all();
-        }
-      } pg;
-      std::thread helper([&] {
-        try {
-          for (int c = 0; c < K; ++c) { encode_scatter(c); pg.bump(pg.encoded); }
-          for (int c = 0; c < K; ++c) {
-            if (!pg.await(pg.scattered, c + 1)) return;
-            reduce_encode(c);
-            pg.bump(pg.reduced);
-          }
-          for (int c = 0; c < K; ++c) {
-            if (!pg.await(pg.gathered, c + 1)) return;
-            decode_gather(c);
-          }
-        } catch (...) {
-          pg.stop(std::current_exception());
-        }
-      });
-      try {
-        for (int c = 0; c < K; ++c) {
-          if (!pg.await(pg.encoded, c + 1)) break;
-          alltoall(c);
-          pg.bump(pg.scattered);
-        }
-        for (int c = 0; c < K; ++c) {
-          if (!pg.await(pg.reduced, c + 1)) break;
-          allgather(c);
-          pg.bump(pg.gathered);
-        }
-      } catch (...) {
-        pg.stop();
-        helper.join();
-        throw;
-      }
-      helper.join();
-      if (pg.helper_error) std::rethrow_exception(pg.helper_error);
+// 2. Round c, quantization #1 of the parts this rank does not own, into their send slots.
+void CompressedAllreduce::encode_round(const Call& call, int c) {
+  const Chunk& ch = chunks_[size_t(c)];
+  for (int r = 0; r < call.P; ++r) {
+    if (r == call.me) continue;
+    uint8_t* out = send_.data_ptr<uint8_t>() + call.P * call.soff[size_t(c)] + r * ch.slot;
+    for (const auto& run : ch.parts[size_t(r)]) {
+      if (call.ef)
+        encode_with_feedback(call, run, out);
+      else
+        encode(bytes_of(call.flat) + run.offset * call.es, call.dt, run.numel, call.codec, call.k1,
+               run.first_bucket, out);
+      out += encoded_bytes(run.numel, call.codec);
     }
   }
+}
 
-  // 5. Plain layers back into place (averaged if asked), with their own NaN/Inf check.
-  if (any_plain) {
-    if (average) plain_.div_(P);
-    int64_t at = 0;
-    for (int li : plain_layers_) {
-      const auto& l = layers_[size_t(li)];
-      std::memcpy(bytes_of(flat) + l.offset * es, bytes_of(plain_) + at * es, size_t(l.numel * es));
-      if (!all_finite(bytes_of(plain_) + at * es, dt, l.numel)) note_bad(li);
-      at += l.numel;
+// Error feedback, phase 1: encode x + residual, keep the new residual x + residual - Q1.
+void CompressedAllreduce::encode_with_feedback(const Call& call, const Run& run, uint8_t* out) {
+  ef_x_.resize(size_t(run.numel));
+  ef_q_.resize(size_t(run.numel));
+  load_float(call.flat, run.offset, run.numel, ef_x_.data());
+  float* res = residual_.data() + run.offset;
+  for (int64_t i = 0; i < run.numel; ++i) ef_x_[size_t(i)] += res[i];
+  encode(ef_x_.data(), run.numel, call.codec, call.k1, run.first_bucket, out);
+  decode(out, run.numel, call.codec, ef_q_.data());
+  for (int64_t i = 0; i < run.numel; ++i) res[i] = ef_x_[size_t(i)] - ef_q_[size_t(i)];
+}
+
+// Round c's alltoall: slot r of my send bytes goes to owner r.
+void CompressedAllreduce::alltoall_round(comm::Backend& be, const Call& call, int c) {
+  const int64_t slot = chunks_[size_t(c)].slot;
+  at::Tensor o = recv_.narrow(0, call.P * call.soff[size_t(c)], call.P * slot);
+  at::Tensor i = send_.narrow(0, call.P * call.soff[size_t(c)], call.P * slot);
+  be.alltoall(o, i, comm::step_context(call.ctx, comm::OpKind::Alltoall, call.P * slot, at::kByte));
+}
+
+// 3. Round c, owner: exact own values (+ residual) + the decoded copies of the others, in
+// rank order, in float32 (averaged if asked). NaN marks turn into NaN sums.
+void CompressedAllreduce::sum_round(const Call& call, int c) {
+  const Chunk& ch = chunks_[size_t(c)];
+  const auto& mine = ch.parts[size_t(call.me)];
+  float* acc = acc_.data() + call.aoff[size_t(c)];
+  int64_t a = 0;
+  for (const auto& run : mine) {
+    load_float(call.flat, run.offset, run.numel, acc + a);
+    if (call.ef) {
+      const float* res = residual_.data() + run.offset;
+      for (int64_t i = 0; i < run.numel; ++i) acc[a + i] += res[i];
+    }
+    a += run.numel;
+  }
+  for (int r = 0; r < call.P; ++r) {
+    if (r == call.me) continue;
+    const uint8_t* in = recv_.data_ptr<uint8_t>() + call.P * call.soff[size_t(c)] + r * ch.slot;
+    a = 0;
+    for (const auto& run : mine) {
+      decode_add(in, run.numel, call.codec, acc + a);
+      in += encoded_bytes(run.numel, call.codec);
+      a += run.numel;
+    }
+  }
+  if (call.average) {
+    const float p = float(call.P);
+    for (int64_t i = 0; i < ch.part_elems[size_t(call.me)]; ++i) acc[i] /= p;
+  }
+}
+
+// 3. Round c, owner: quantization #2 of the sum into my gather slot; with error feedback,
+// the owned part's share of its error, scaled back to a sum term.
+void CompressedAllreduce::reencode_round(const Call& call, int c) {
+  const auto& mine = chunks_[size_t(c)].parts[size_t(call.me)];
+  const float* acc = acc_.data() + call.aoff[size_t(c)];
+  uint8_t* out = gather_in_.data_ptr<uint8_t>() + call.soff[size_t(c)];
+  int64_t a = 0;
+  for (const auto& run : mine) {
+    encode(acc + a, run.numel, call.codec, call.k2, run.first_bucket, out);
+    if (call.ef) {
+      tmp_.resize(size_t(run.numel));
+      decode(out, run.numel, call.codec, tmp_.data());
+      float* res = residual_.data() + run.offset;
+      const float scale = call.average ? float(call.P) : 1.0f;
+      for (int64_t i = 0; i < run.numel; ++i) res[i] = (acc[a + i] - tmp_[size_t(i)]) * scale;
+    }
+    out += encoded_bytes(run.numel, call.codec);
+    a += run.numel;
+  }
+}
+
+// Round c's allgather: every owner's re-encoded bytes to every rank.
+void CompressedAllreduce::allgather_round(comm::Backend& be, const Call& call, int c) {
+  const int64_t slot = chunks_[size_t(c)].slot;
+  at::Tensor o = gather_out_.narrow(0, call.P * call.soff[size_t(c)], call.P * slot);
+  at::Tensor i = gather_in_.narrow(0, call.soff[size_t(c)], slot);
+  be.allgather(o, i, comm::step_context(call.ctx, comm::OpKind::Allgather, slot, at::kByte));
+}
+
+// 4. Round c: every rank (the owner too) decodes every owner's bytes into its buffer, so
+// all replicas hold the same bits.
+void CompressedAllreduce::decode_round(const Call& call, int c) {
+  const Chunk& ch = chunks_[size_t(c)];
+  for (int r = 0; r < call.P; ++r) {
+    const uint8_t* in =
+        gather_out_.data_ptr<uint8_t>() + call.P * call.soff[size_t(c)] + r * ch.slot;
+    for (const auto& run : ch.parts[size_t(r)]) {
+      if (decode(in, run.numel, call.codec, bytes_of(call.flat) + run.offset * call.es, call.dt) >=
+          0)
+        note_bad(run.layer);
+      in += encoded_bytes(run.numel, call.codec);
     }
   }
 }

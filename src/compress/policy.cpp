@@ -46,8 +46,8 @@ QsgdOptions apply_env(QsgdOptions o) {
     o.bucket_size = parse_int("LOCKSTEP_COMPRESSION_BUCKET_SIZE", v, 1, int64_t(1) << 24,
                               "an element count in 1..16777216");
   if (const char* v = env("LOCKSTEP_COMPRESSION_MIN_LAYER"))
-    o.min_layer = parse_int("LOCKSTEP_COMPRESSION_MIN_LAYER", v, 0, INT64_MAX,
-                            "an element count >= 0");
+    o.min_layer =
+        parse_int("LOCKSTEP_COMPRESSION_MIN_LAYER", v, 0, INT64_MAX, "an element count >= 0");
   if (const char* v = env("LOCKSTEP_COMPRESSION_EXCLUDE")) {
     o.exclude.clear();
     std::stringstream ss(v);

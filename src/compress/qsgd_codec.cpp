@@ -101,8 +101,8 @@ inline void unpack(const uint8_t* in, int64_t n8, uint8_t* c) {
 
 // Quantizes one bucket into `codes` (n rounded up to 8 entries, the extra ones 0).
 template <int BITS>
-inline void quantize(const float* x, int64_t n, float lo, float inv, bool stochastic,
-                     uint64_t key, uint8_t* codes) {
+inline void quantize(const float* x, int64_t n, float lo, float inv, bool stochastic, uint64_t key,
+                     uint8_t* codes) {
   constexpr int kTop = (1 << BITS) - 1;
   if (stochastic) {
     for (int64_t i = 0; i < n; ++i) {
@@ -113,7 +113,9 @@ inline void quantize(const float* x, int64_t n, float lo, float inv, bool stocha
     }
   } else {
     for (int64_t i = 0; i < n; ++i) {
-      const int c = int((x[i] - lo) * inv + 0.5f);
+      // t >= 0, so truncating t + 0.5f rounds half up: the wire format's rule (lround would
+      // change the codes where t + 0.5f rounds in float, and does not vectorize).
+      const int c = int((x[i] - lo) * inv + 0.5f);  // NOLINT(bugprone-incorrect-roundings): t >= 0
       codes[i] = uint8_t(c < kTop ? c : kTop);
     }
   }
@@ -161,14 +163,15 @@ int64_t encode_t(const float* x, int64_t n, const CodecOptions& o, const StreamK
     pack<BITS>(codes.data(), (len + 7) & ~int64_t(7), dst);
     dst += cb;
   }
-  std::memset(dst, 0, size_t(out + encoded_bytes(n, o) - dst));  // padding to 4 bytes
+  // padding to 4 bytes (none for n = 0, where `out` may be null: memset(nullptr) is UB)
+  const size_t pad = size_t(out + encoded_bytes(n, o) - dst);
+  if (pad > 0) std::memset(dst, 0, pad);
   return first_bad;
 }
 
 // Decodes bucket by bucket, handing each bucket's floats to `sink(offset, values, len)`.
 template <int BITS, typename Sink>
-int64_t decode_t(const uint8_t* in, int64_t n, const CodecOptions& o, float* scratch,
-                 Sink&& sink) {
+int64_t decode_t(const uint8_t* in, int64_t n, const CodecOptions& o, float* scratch, Sink&& sink) {
   const int64_t B = o.bucket_size, nb = num_buckets(n, o);
   std::vector<uint8_t> codes(size_t((B + 7) & ~int64_t(7)));
   const uint8_t* src = in + nb * 8;
@@ -189,14 +192,22 @@ int64_t decode_t(const uint8_t* in, int64_t n, const CodecOptions& o, float* scr
 template <typename F>
 auto dispatch_bits(int bits, F&& f) {
   switch (bits) {
-    case 1: return f(std::integral_constant<int, 1>{});
-    case 2: return f(std::integral_constant<int, 2>{});
-    case 3: return f(std::integral_constant<int, 3>{});
-    case 4: return f(std::integral_constant<int, 4>{});
-    case 5: return f(std::integral_constant<int, 5>{});
-    case 6: return f(std::integral_constant<int, 6>{});
-    case 7: return f(std::integral_constant<int, 7>{});
-    default: return f(std::integral_constant<int, 8>{});
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    case 5:
+      return f(std::integral_constant<int, 5>{});
+    case 6:
+      return f(std::integral_constant<int, 6>{});
+    case 7:
+      return f(std::integral_constant<int, 7>{});
+    default:
+      return f(std::integral_constant<int, 8>{});
   }
 }
 
@@ -228,8 +239,8 @@ int64_t num_buckets(int64_t n, const CodecOptions& o) {
 
 int64_t encoded_bytes(int64_t n, const CodecOptions& o) {
   const int64_t full = n / o.bucket_size, tail = n % o.bucket_size;
-  const int64_t bytes = num_buckets(n, o) * 8 + full * code_bytes(o.bucket_size, o.bits) +
-                        code_bytes(tail, o.bits);
+  const int64_t bytes =
+      num_buckets(n, o) * 8 + full * code_bytes(o.bucket_size, o.bits) + code_bytes(tail, o.bits);
   return (bytes + 3) & ~int64_t(3);
 }
 
@@ -244,7 +255,8 @@ int64_t encode(const float* x, int64_t n, const CodecOptions& o, const StreamKey
 int64_t encode(const void* x, c10::ScalarType dtype, int64_t n, const CodecOptions& o,
                const StreamKey& key, uint64_t first_bucket, uint8_t* out) {
   check_dtype(dtype);
-  if (dtype == c10::kFloat) return encode(static_cast<const float*>(x), n, o, key, first_bucket, out);
+  if (dtype == c10::kFloat)
+    return encode(static_cast<const float*>(x), n, o, key, first_bucket, out);
   validate(o);
   // Convert one bucket-aligned block at a time into float32 and encode it as a
   // sub-segment: blocks are whole buckets, so the bytes equal a one-shot encoding.
@@ -263,7 +275,8 @@ int64_t encode(const void* x, c10::ScalarType dtype, int64_t n, const CodecOptio
     else
       to_float(static_cast<const c10::Half*>(x) + done, len, buf.data());
     tmp.resize(size_t(encoded_bytes(len, o)));
-    const int64_t bad = encode(buf.data(), len, o, key, first_bucket + done / o.bucket_size, tmp.data());
+    const int64_t bad =
+        encode(buf.data(), len, o, key, first_bucket + done / o.bucket_size, tmp.data());
     if (bad >= 0 && first_bad < 0) first_bad = done / o.bucket_size + bad;
     const int64_t nb = num_buckets(len, o);
     std::memcpy(out + (done / o.bucket_size) * 8, tmp.data(), size_t(nb * 8));
@@ -308,13 +321,13 @@ int64_t decode(const uint8_t* in, int64_t n, const CodecOptions& o, void* out,
   validate(o);
   std::vector<float> scratch(size_t(o.bucket_size));
   return dispatch_bits(o.bits, [&](auto b) {
-    return decode_t<decltype(b)::value>(in, n, o, scratch.data(),
-                                        [&](int64_t off, const float* v, int64_t len) {
-      if (dtype == c10::kBFloat16)
-        from_float(v, len, static_cast<c10::BFloat16*>(out) + off);
-      else
-        from_float(v, len, static_cast<c10::Half*>(out) + off);
-    });
+    return decode_t<decltype(b)::value>(
+        in, n, o, scratch.data(), [&](int64_t off, const float* v, int64_t len) {
+          if (dtype == c10::kBFloat16)
+            from_float(v, len, static_cast<c10::BFloat16*>(out) + off);
+          else
+            from_float(v, len, static_cast<c10::Half*>(out) + off);
+        });
   });
 }
 
@@ -324,9 +337,9 @@ int64_t decode_add(const uint8_t* in, int64_t n, const CodecOptions& o, float* a
   return dispatch_bits(o.bits, [&](auto b) {
     return decode_t<decltype(b)::value>(in, n, o, scratch.data(),
                                         [&](int64_t off, const float* v, int64_t len) {
-      float* a = acc + off;
-      for (int64_t i = 0; i < len; ++i) a[i] += v[i];
-    });
+                                          float* a = acc + off;
+                                          for (int64_t i = 0; i < len; ++i) a[i] += v[i];
+                                        });
   });
 }
 

@@ -34,11 +34,6 @@ uint64_t uniform_below(std::mt19937_64& gen, uint64_t bound) {
   return r % bound;
 }
 
-const comm::ProcessGroup& checked(const std::shared_ptr<comm::ProcessGroup>& group) {
-  LOCKSTEP_CHECK(group != nullptr, "DistributedSampler: null process group");
-  return *group;
-}
-
 }  // namespace
 
 std::vector<size_t> epoch_permutation(size_t n, uint64_t seed, uint64_t epoch) {
@@ -53,23 +48,21 @@ std::vector<size_t> epoch_permutation(size_t n, uint64_t seed, uint64_t epoch) {
   return p;
 }
 
-DistributedSampler::DistributedSampler(size_t dataset_size, int rank, int world_size,
+DistributedSampler::DistributedSampler(size_t dataset_size, int num_replicas, int rank,
                                        DistributedSamplerOptions options)
     : dataset_size_(dataset_size),
       rank_(rank),
-      world_size_(world_size),
+      world_size_(num_replicas),
       options_(options),
       epoch_(std::make_shared<std::atomic<uint64_t>>(0)) {
-  LOCKSTEP_CHECK(world_size >= 1, "DistributedSampler: world_size must be >= 1, got ", world_size);
-  LOCKSTEP_CHECK(rank >= 0 && rank < world_size, "DistributedSampler: rank ", rank,
-                 " out of range [0, ", world_size, ")");
+  LOCKSTEP_CHECK(num_replicas >= 1,
+                 "DistributedSampler: num_replicas (the world size) must be "
+                 ">= 1, got ",
+                 num_replicas);
+  LOCKSTEP_CHECK(rank >= 0 && rank < num_replicas, "DistributedSampler: rank ", rank,
+                 " out of range [0, num_replicas = ", num_replicas, ")");
   reset(torch::nullopt);
 }
-
-DistributedSampler::DistributedSampler(size_t dataset_size,
-                                       const std::shared_ptr<comm::ProcessGroup>& group,
-                                       DistributedSamplerOptions options)
-    : DistributedSampler(dataset_size, checked(group).rank(), group->size(), options) {}
 
 void DistributedSampler::set_epoch(uint64_t epoch) { epoch_->store(epoch); }
 

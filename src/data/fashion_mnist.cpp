@@ -6,8 +6,8 @@
 
 #include <torch/torch.h>
 
-#include <cstdlib>
 #include <sys/stat.h>
+#include <cstdlib>
 
 namespace lockstep::data {
 namespace {
@@ -24,7 +24,7 @@ bool exists(const std::string& p) {
 
 std::string pick(const std::string& dir, const std::string& stem) {
   const std::string base = dir.empty() || dir.back() == '/' ? dir : dir + "/";
-  const std::string gz = base + stem + ".gz";
+  std::string gz = base + stem + ".gz";
   if (!exists(gz) && exists(base + stem)) return base + stem;
   return gz;
 }
@@ -32,10 +32,11 @@ std::string pick(const std::string& dir, const std::string& stem) {
 // A missing file is almost always a missing package: say which one installs it.
 [[noreturn]] void rethrow_not_found(const DataError& e) {
   throw DataError(Kind::NotFound, e.path(),
-                  e.path() + ": no such file. Fashion-MNIST comes with Debian's package: "
-                             "`sudo apt-get install dataset-fashion-mnist` (or `make deps`); "
-                             "or point --data-dir / FashionMnistOptions::dir / "
-                             "LOCKSTEP_FASHION_MNIST_DIR at a directory holding the idx files");
+                  e.path() +
+                      ": no such file. Fashion-MNIST comes with Debian's package: "
+                      "`sudo apt-get install dataset-fashion-mnist` (or `make deps`); "
+                      "or point --data-dir / FashionMnistOptions::dir / "
+                      "LOCKSTEP_FASHION_MNIST_DIR at a directory holding the idx files");
 }
 
 }  // namespace
@@ -67,8 +68,8 @@ torch::Tensor read_idx_images(const std::string& path, bool normalize) {
                     lockstep::detail::concat(path, ": wrong dimensions: images are ", idx.dims[1],
                                              "x", idx.dims[2], ", expected ", kSide, "x", kSide));
   // from_blob borrows idx.bytes; the conversion to float copies before it goes away.
-  auto pixels = torch::from_blob(const_cast<uint8_t*>(idx.payload()), {n, 1, kSide, kSide},
-                                 torch::kUInt8);
+  auto pixels =
+      torch::from_blob(const_cast<uint8_t*>(idx.payload()), {n, 1, kSide, kSide}, torch::kUInt8);
   auto images = pixels.to(torch::kFloat32).div_(255.0);
   if (normalize) images.sub_(kFashionMnistMean).div_(kFashionMnistStd);
   return images;
@@ -92,7 +93,7 @@ torch::Tensor read_idx_labels(const std::string& path) {
   return torch::from_blob(const_cast<uint8_t*>(p), {n}, torch::kUInt8).to(torch::kInt64);
 }
 
-FashionMnist::FashionMnist(Split split, FashionMnistOptions options) : split_(split) {
+FashionMnist::FashionMnist(Split split, const FashionMnistOptions& options) : split_(split) {
   const std::string dir = options.dir.empty() ? fashion_mnist_default_dir() : options.dir;
   const std::string images_path = fashion_mnist_images_path(dir, split);
   const std::string labels_path = fashion_mnist_labels_path(dir, split);
@@ -112,13 +113,11 @@ torch::data::Example<> FashionMnist::get(size_t index) {
   return {images_[i], targets_[i]};
 }
 
-torch::optional<size_t> FashionMnist::size() const {
-  return static_cast<size_t>(images_.size(0));
-}
+torch::optional<size_t> FashionMnist::size() const { return static_cast<size_t>(images_.size(0)); }
 
 const char* FashionMnist::class_name(int64_t label) {
-  static const char* const kNames[kClasses] = {"T-shirt/top", "Trouser", "Pullover", "Dress",
-                                               "Coat",        "Sandal",  "Shirt",    "Sneaker",
+  static const char* const kNames[kClasses] = {"T-shirt/top", "Trouser",   "Pullover", "Dress",
+                                               "Coat",        "Sandal",    "Shirt",    "Sneaker",
                                                "Bag",         "Ankle boot"};
   return label >= 0 && label < kClasses ? kNames[label] : "?";
 }

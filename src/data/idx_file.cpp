@@ -7,10 +7,10 @@
 
 #include <zlib.h>
 
+#include <sys/stat.h>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sys/stat.h>
 
 namespace lockstep::data::detail {
 namespace {
@@ -33,7 +33,8 @@ std::vector<uint8_t> read_file(const std::string& path) {
   std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
   in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   if (static_cast<size_t>(in.gcount()) != bytes.size())
-    throw DataError(Kind::Io, path, msg(path, "read ", in.gcount(), " of ", bytes.size(), " bytes"));
+    throw DataError(Kind::Io, path,
+                    msg(path, "read ", in.gcount(), " of ", bytes.size(), " bytes"));
   return bytes;
 }
 
@@ -77,8 +78,8 @@ std::vector<uint8_t> gunzip(const std::string& path, const std::vector<uint8_t>&
     inflateEnd(&zs);
     if (rc == Z_BUF_ERROR && zs.avail_in == 0)
       throw DataError(Kind::Gzip, path,
-                      msg(path, "gzip stream truncated: the compressed file ends at byte ", in.size(),
-                          " before the end of the stream (", out.size(),
+                      msg(path, "gzip stream truncated: the compressed file ends at byte ",
+                          in.size(), " before the end of the stream (", out.size(),
                           " bytes decompressed so far); the file was cut short, reinstall it"));
     throw DataError(Kind::Gzip, path,
                     msg(path, "gzip error at compressed byte ", at, " of ", in.size(), ": ", zmsg,
@@ -115,10 +116,10 @@ IdxUbyte read_idx_ubyte(const std::string& path, int expected_ndims, const char*
                     msg(path, "truncated at byte ", b.size(), " of the 4-byte idx magic"));
   const uint32_t magic = be32(b.data());
   if (magic != expected_magic)
-    throw DataError(Kind::BadMagic, path,
-                    msg(path, "bad magic ", hex32(magic), ", expected ", hex32(expected_magic),
-                        " (idx file of unsigned bytes with ", expected_ndims, " dimensions: ", what,
-                        ")"));
+    throw DataError(
+        Kind::BadMagic, path,
+        msg(path, "bad magic ", hex32(magic), ", expected ", hex32(expected_magic),
+            " (idx file of unsigned bytes with ", expected_ndims, " dimensions: ", what, ")"));
   idx.payload_offset = 4 + 4 * static_cast<size_t>(expected_ndims);
   if (b.size() < idx.payload_offset)
     throw DataError(Kind::Truncated, path,
@@ -126,15 +127,15 @@ IdxUbyte read_idx_ubyte(const std::string& path, int expected_ndims, const char*
                         "-byte idx header"));
   uint64_t payload = 1;
   for (int d = 0; d < expected_ndims; ++d) {
-    const uint32_t n = be32(b.data() + 4 + 4 * d);
+    const uint32_t n = be32(b.data() + 4 + 4 * static_cast<size_t>(d));
     idx.dims.push_back(n);
     payload *= n;
   }
   const uint64_t expected = idx.payload_offset + payload;
   if (b.size() < expected)
     throw DataError(Kind::Truncated, path,
-                    msg(path, "truncated at byte ", b.size(), " of ", expected, " (the header says ",
-                        idx.dims[0], " ", what, ")"));
+                    msg(path, "truncated at byte ", b.size(), " of ", expected,
+                        " (the header says ", idx.dims[0], " ", what, ")"));
   if (b.size() > expected)
     throw DataError(Kind::BadShape, path,
                     msg(path, "has ", b.size() - expected, " bytes past the ", expected,

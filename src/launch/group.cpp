@@ -129,7 +129,8 @@ int Group::poll_timeout_ms() const {
   // The signal pipe wakes us for SIGCHLD; the timeout is a safety net and the grace clock.
   int ms = 250;
   if (tearing_down_ && !killed_) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at_ - Clock::now()).count();
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(kill_at_ - Clock::now()).count();
     ms = int(std::max<long long>(0, std::min<long long>(ms, left)));
   }
   return ms;
@@ -262,7 +263,8 @@ void Group::print_failure_summary() const {
   double secs = std::chrono::duration<double>(f.end - f.start).count();
   std::string msg = "lockstep-run: rank " + std::to_string(f.rank) + " (local rank " +
                     std::to_string(f.local_rank) + ", pid " + std::to_string(f.pid) +
-                    ") failed first: " + describe_wait_status(f.status) + " after " + seconds(secs) + "\n";
+                    ") failed first: " + describe_wait_status(f.status) + " after " +
+                    seconds(secs) + "\n";
   if (f.tail.lines().empty()) {
     msg += "lockstep-run: rank " + std::to_string(f.rank) + " wrote nothing to stderr\n";
   } else {
@@ -272,7 +274,8 @@ void Group::print_failure_summary() const {
   if (ranks_.size() > 1) msg += "lockstep-run: other ranks:\n";
   for (const Rank& r : ranks_) {
     if (&r == &f) continue;
-    msg += "    rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + "): " + outcome_of(r) + "\n";
+    msg += "    rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) +
+           "): " + outcome_of(r) + "\n";
   }
   write_all(2, msg);
 }
@@ -280,7 +283,8 @@ void Group::print_failure_summary() const {
 void Group::print_interrupt_summary() const {
   std::string msg;
   for (const Rank& r : ranks_)
-    msg += "    rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + "): " + outcome_of(r) + "\n";
+    msg += "    rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) +
+           "): " + outcome_of(r) + "\n";
   write_all(2, "lockstep-run: interrupted by " + signal_name(interrupted_by_) + "; ranks:\n" + msg);
 }
 

@@ -27,8 +27,8 @@ class Group {
  public:
   using Clock = std::chrono::steady_clock;
 
-  Group(const LaunchOptions& opt, const GroupContext& ctx, const EnvMap& base,
-        SignalPipe& signals, const std::vector<int>& log_fds);
+  Group(const LaunchOptions& opt, const GroupContext& ctx, const EnvMap& base, SignalPipe& signals,
+        const std::vector<int>& log_fds);
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -42,7 +42,7 @@ class Group {
     pid_t pid = -1;
     int fds[2] = {-1, -1};  // stdout, stderr read ends; -1 once at EOF
     LineBuffer lines[2];
-    TailBuffer tail{20};    // last stderr lines, for the summary
+    TailBuffer tail{20};  // last stderr lines, for the summary
     Clock::time_point start, end;
     bool running = false;
     int status = 0;
@@ -73,10 +73,10 @@ class Group {
   const std::vector<int>& log_fds_;
   std::vector<Rank> ranks_;
   bool tearing_down_ = false;
-  bool killed_ = false;           // SIGKILL already sent to every group
-  Clock::time_point kill_at_;     // when the grace period ends
-  int first_failed_ = -1;         // index into ranks_
-  int interrupted_by_ = 0;        // signal that asked the launcher to stop
+  bool killed_ = false;        // SIGKILL already sent to every group
+  Clock::time_point kill_at_;  // when the grace period ends
+  int first_failed_ = -1;      // index into ranks_
+  int interrupted_by_ = 0;     // signal that asked the launcher to stop
   int exec_errno_ = 0;
 };
 

@@ -30,7 +30,10 @@ void ensure_std_fds_open() {
   for (int fd = 0; fd < 3; ++fd) {
     if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
     int n = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
-    if (n >= 0 && n != fd) { dup2(n, fd); close(n); }
+    if (n >= 0 && n != fd) {
+      dup2(n, fd);
+      close(n);
+    }
   }
 }
 
@@ -40,7 +43,8 @@ void make_dirs(const std::string& dir) {
     if (i == dir.size() || (dir[i] == '/' && i > 0)) {
       path = dir.substr(0, i);
       if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST)
-        throw ConfigError(concat("lockstep-run: cannot create --log-dir '", path, "': ", std::strerror(errno)));
+        throw ConfigError(
+            concat("lockstep-run: cannot create --log-dir '", path, "': ", std::strerror(errno)));
     }
   }
 }
@@ -56,7 +60,8 @@ std::vector<int> open_logs(const LaunchOptions& opt) {
     if (fd < 0) {
       int e = errno;
       for (int f : fds) close(f);
-      throw ConfigError(concat("lockstep-run: cannot open log file '", path, "': ", std::strerror(e)));
+      throw ConfigError(
+          concat("lockstep-run: cannot open log file '", path, "': ", std::strerror(e)));
     }
     fds.push_back(fd);
   }
@@ -118,16 +123,20 @@ int run_launcher(const LaunchOptions& opt) {
     Group group(opt, ctx, base, signals, logs);
     AttemptResult res = group.run();
     if (res.outcome == AttemptResult::Outcome::Success) {
-      if (attempt > 0) say(concat("all ranks succeeded after ", attempt, attempt == 1 ? " restart" : " restarts"));
+      if (attempt > 0)
+        say(concat("all ranks succeeded after ", attempt, attempt == 1 ? " restart" : " restarts"));
       return 0;
     }
     // A missing program or the user's Ctrl-C will not get better by restarting.
     if (res.outcome != AttemptResult::Outcome::RankFailed) return res.exit_code;
     if (attempt >= opt.max_restarts) {
-      if (opt.max_restarts > 0) say(concat("giving up after ", attempt, " restarts (--max-restarts ", opt.max_restarts, ")"));
+      if (opt.max_restarts > 0)
+        say(concat("giving up after ", attempt, " restarts (--max-restarts ", opt.max_restarts,
+                   ")"));
       return res.exit_code;
     }
-    say(concat("restarting all ", opt.nproc_per_node, " ranks (restart ", attempt + 1, " of ", opt.max_restarts, ")"));
+    say(concat("restarting all ", opt.nproc_per_node, " ranks (restart ", attempt + 1, " of ",
+               opt.max_restarts, ")"));
   }
 }
 

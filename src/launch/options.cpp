@@ -1,11 +1,14 @@
-// Command-line parsing for lockstep-run. Pure: no I/O, throws UsageError.
+// Command-line parsing for lockstep-run, with CLI11 (as every lockstep program). Pure: no
+// I/O, throws UsageError.
 #include "lockstep/launch/options.h"
+
+#include <CLI/CLI.hpp>
 
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
-#include <map>
+#include <memory>
 
 namespace lockstep::launch {
 namespace {
@@ -35,9 +38,14 @@ double parse_seconds(const std::string& flag, const std::string& value) {
 
 using Setter = std::function<void(LaunchOptions&, const std::string& flag, const std::string&)>;
 
+struct ValueFlag {
+  const char* name;  // the spelling messages use; torchrun's underscore one is an alias
+  Setter set;        // checks the value, names the flag in its UsageError
+};
+
 // One table for all value flags keeps the spelling, the check and the message together.
-const std::map<std::string, Setter>& value_flags() {
-  static const std::map<std::string, Setter> flags = {
+const std::vector<ValueFlag>& value_flags() {
+  static const std::vector<ValueFlag> flags = {
       {"--nproc-per-node",
        [](LaunchOptions& o, const std::string& f, const std::string& v) {
          o.nproc_per_node = int(parse_long(f, v, 1, 4096, "a positive integer"));
@@ -52,12 +60,14 @@ const std::map<std::string, Setter>& value_flags() {
        }},
       {"--master-addr",
        [](LaunchOptions& o, const std::string& f, const std::string& v) {
-         if (v.empty()) throw UsageError(concat("lockstep-run: ", f, " expects a host name or address"));
+         if (v.empty())
+           throw UsageError(concat("lockstep-run: ", f, " expects a host name or address"));
          o.master_addr = v;
        }},
       {"--master-port",
        [](LaunchOptions& o, const std::string& f, const std::string& v) {
-         o.master_port = int(parse_long(f, v, 0, 65535, "a TCP port 0..65535 (0 = pick a free one)"));
+         o.master_port =
+             int(parse_long(f, v, 0, 65535, "a TCP port 0..65535 (0 = pick a free one)"));
        }},
       {"--log-dir",
        [](LaunchOptions& o, const std::string& f, const std::string& v) {
@@ -68,10 +78,8 @@ const std::map<std::string, Setter>& value_flags() {
        [](LaunchOptions& o, const std::string& f, const std::string& v) {
          o.max_restarts = int(parse_long(f, v, 0, 1000000, "a non-negative integer"));
        }},
-      {"--grace-seconds",
-       [](LaunchOptions& o, const std::string& f, const std::string& v) {
-         o.grace_seconds = parse_seconds(f, v);
-       }},
+      {"--grace-seconds", [](LaunchOptions& o, const std::string& f,
+                             const std::string& v) { o.grace_seconds = parse_seconds(f, v); }},
   };
   return flags;
 }
@@ -81,6 +89,49 @@ std::string canonical_flag(std::string name) {
   for (std::size_t i = 2; i < name.size(); ++i)
     if (name[i] == '_') name[i] = '-';
   return name;
+}
+
+// "--nproc-per-node" -> "--nproc_per_node" (the alias CLI11 is told about).
+std::string underscore_spelling(std::string name) {
+  for (std::size_t i = 2; i < name.size(); ++i)
+    if (name[i] == '-') name[i] = '_';
+  return name;
+}
+
+const ValueFlag* find_value_flag(const std::string& arg) {
+  const std::string flag = canonical_flag(arg.substr(0, arg.find('=')));
+  for (const ValueFlag& f : value_flags())
+    if (flag == f.name) return &f;
+  return nullptr;
+}
+
+// CLI11 with the launcher's rules: prefix_command() stops at the first non-option (or
+// "--") and leaves it and everything after it to the program. Each value flag is checked
+// as it is parsed (trigger_on_parse), in command-line order, so a repeated flag behaves
+// like the last one given and every occurrence is checked. Unknown options are left in
+// remaining() too; the caller rejects them.
+std::unique_ptr<CLI::App> make_app(LaunchOptions& opt) {
+  auto app = std::make_unique<CLI::App>("lockstep-run", "lockstep-run");
+  app->set_help_flag();  // --help is an option like the others: main prints usage_text()
+  app->prefix_command();
+  app->add_flag("-h,--help", opt.help);
+  for (const ValueFlag& f : value_flags()) {
+    app->add_option_function<std::string>(
+           concat(f.name, ",", underscore_spelling(f.name)),
+           [&opt, &f](const std::string& v) { f.set(opt, f.name, v); })
+        ->trigger_on_parse();
+  }
+  return app;
+}
+
+// CLI11 reads a flag's value from the next argument when "--flag=" gives an empty one;
+// the launcher's rule is that "--flag=" is an empty value, which no flag accepts.
+void reject_empty_values(const std::vector<std::string>& options, LaunchOptions& opt) {
+  for (const std::string& arg : options) {
+    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0 || arg.back() != '=') continue;
+    if (arg.find('=') != arg.size() - 1) continue;
+    if (const ValueFlag* f = find_value_flag(arg)) f->set(opt, f->name, "");
+  }
 }
 
 void validate(const LaunchOptions& o) {
@@ -99,29 +150,29 @@ void validate(const LaunchOptions& o) {
 
 LaunchOptions parse_args(const std::vector<std::string>& args) {
   LaunchOptions opt;
-  std::size_t i = 0;
-  for (; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--") { ++i; break; }
-    if (arg.size() < 2 || arg[0] != '-') break;  // first non-option: the program
-    if (arg == "--help" || arg == "-h") { opt.help = true; continue; }
-    std::size_t eq = arg.find('=');
-    std::string flag = canonical_flag(arg.substr(0, eq));
-    auto it = value_flags().find(flag);
-    if (it == value_flags().end())
-      throw UsageError(concat("lockstep-run: unknown option '", arg.substr(0, eq),
-                              "' (see --help; options go before PROGRAM)"));
-    std::string value;
-    if (eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      throw UsageError(concat("lockstep-run: ", flag, " requires a value"));
-    }
-    it->second(opt, flag, value);
+  auto app = make_app(opt);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 pops from the back
+  try {
+    app->parse(reversed);
+  } catch (const CLI::ArgumentMismatch&) {
+    // Only the last argument can run out of values: "... --nproc-per-node".
+    const ValueFlag* f = args.empty() ? nullptr : find_value_flag(args.back());
+    throw UsageError(concat("lockstep-run: ", f ? f->name : args.back(), " requires a value"));
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(concat("lockstep-run: ", e.what(), " (see --help)"));
   }
-  opt.program.assign(args.begin() + long(i), args.end());
+  std::vector<std::string> rest = app->remaining();
+  // What CLI11 consumed are the launcher's options; the rest starts with "--", an unknown
+  // option, or PROGRAM.
+  reject_empty_values(std::vector<std::string>(args.begin(), args.end() - long(rest.size())), opt);
+  if (!rest.empty() && rest.front() == "--") {
+    rest.erase(rest.begin());
+  } else if (!rest.empty() && rest.front().size() >= 2 && rest.front()[0] == '-') {
+    const std::string& arg = rest.front();
+    throw UsageError(concat("lockstep-run: unknown option '", arg.substr(0, arg.find('=')),
+                            "' (see --help; options go before PROGRAM)"));
+  }
+  opt.program = std::move(rest);
   validate(opt);
   return opt;
 }

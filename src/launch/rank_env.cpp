@@ -1,5 +1,7 @@
-// The torchrun environment contract for each rank.
+// The torchrun environment contract for each rank (names: lockstep/env_contract.h).
 #include "lockstep/launch/rank_env.h"
+
+#include "lockstep/env_contract.h"
 
 #include <unistd.h>
 
@@ -23,26 +25,30 @@ EnvMap current_environment() {
 
 EnvMap rank_env(const LaunchOptions& opt, int local_rank, const GroupContext& group,
                 const EnvMap& base) {
+  namespace n = lockstep::env;
   EnvMap env = base;
+  const std::string rank = std::to_string(opt.global_rank(local_rank));
+  const std::string world = std::to_string(opt.world_size());
   const std::string restarts = std::to_string(group.restart_count);
-  env["RANK"] = std::to_string(opt.global_rank(local_rank));
-  env["LOCAL_RANK"] = std::to_string(local_rank);
-  env["WORLD_SIZE"] = std::to_string(opt.world_size());
-  env["LOCAL_WORLD_SIZE"] = std::to_string(opt.nproc_per_node);
-  env["GROUP_RANK"] = std::to_string(opt.node_rank);
-  env["GROUP_WORLD_SIZE"] = std::to_string(opt.nnodes);
+  const std::string max_restarts = std::to_string(opt.max_restarts);
+  env[n::kRank] = rank;
+  env[n::kLocalRank] = std::to_string(local_rank);
+  env[n::kWorldSize] = world;
+  env[n::kLocalWorldSize] = std::to_string(opt.nproc_per_node);
+  env[n::kGroupRank] = std::to_string(opt.node_rank);
+  env[n::kGroupWorldSize] = std::to_string(opt.nnodes);
   // One role ("default") in a static launch: role ranks equal the global ones, as in torchrun.
-  env["ROLE_RANK"] = env["RANK"];
-  env["ROLE_WORLD_SIZE"] = env["WORLD_SIZE"];
-  env["MASTER_ADDR"] = opt.master_addr;
-  env["MASTER_PORT"] = std::to_string(group.master_port);
-  env["LOCKSTEP_LAUNCHER"] = "lockstep-run";
-  env["LOCKSTEP_JOB_ID"] = group.job_id;
-  env["LOCKSTEP_RESTART_COUNT"] = restarts;
-  env["LOCKSTEP_MAX_RESTARTS"] = std::to_string(opt.max_restarts);
-  env["TORCHELASTIC_RESTART_COUNT"] = restarts;
-  env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(opt.max_restarts);
-  env["TORCHELASTIC_RUN_ID"] = group.job_id;
+  env[n::kRoleRank] = rank;
+  env[n::kRoleWorldSize] = world;
+  env[n::kMasterAddr] = opt.master_addr;
+  env[n::kMasterPort] = std::to_string(group.master_port);
+  env[n::kLauncher] = n::kLauncherName;
+  env[n::kJobId] = group.job_id;
+  env[n::kRestartCount] = restarts;
+  env[n::kMaxRestarts] = max_restarts;
+  env[n::kTorchelasticRestartCount] = restarts;
+  env[n::kTorchelasticMaxRestarts] = max_restarts;
+  env[n::kTorchelasticRunId] = group.job_id;
   if (base.find("OMP_NUM_THREADS") == base.end()) env["OMP_NUM_THREADS"] = "1";
   for (const auto& [k, v] : malloc_defaults(base)) env[k] = v;
   return env;
@@ -73,7 +79,11 @@ bool should_note_omp(const LaunchOptions& opt, const EnvMap& base) {
 std::vector<std::string> to_envp(const EnvMap& env) {
   std::vector<std::string> out;
   out.reserve(env.size());
-  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  for (const auto& [k, v] : env) {
+    std::string& e = out.emplace_back(k);
+    e += '=';
+    e += v;
+  }
   return out;
 }
 
@@ -83,13 +93,15 @@ std::string make_job_id() {
   std::string h;
   // Keep only characters that are safe in a shm_open name and a file name.
   for (const char* c = host; *c; ++c) {
-    bool ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-';
+    bool ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '-';
     h.push_back(ok ? *c : '_');
     if (h.size() >= 32) break;
   }
   if (h.empty()) h = "host";
   auto start_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::system_clock::now().time_since_epoch()).count();
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
   return h + "-" + std::to_string(getpid()) + "-" + std::to_string(start_ms);
 }
 

@@ -43,12 +43,16 @@ void close_all(std::initializer_list<int> fds) {
   // The launcher's handlers vanish at exec, but ignored signals and the mask are inherited.
   struct sigaction dfl = {};
   dfl.sa_handler = SIG_DFL;
-  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT}) sigaction(sig, &dfl, nullptr);
+  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT})
+    sigaction(sig, &dfl, nullptr);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
   int devnull = open("/dev/null", O_RDONLY);
-  if (devnull >= 0 && devnull != 0) { dup2(devnull, 0); close(devnull); }
+  if (devnull >= 0 && devnull != 0) {
+    dup2(devnull, 0);
+    close(devnull);
+  }
   dup2(out_w, 1);  // dup2 clears close-on-exec on the copies
   dup2(err_w, 2);
   environ = envp;
@@ -66,7 +70,8 @@ SpawnedRank spawn_rank(const std::vector<std::string>& argv, const std::vector<s
   int out[2], err[2], status[2];
   // Close-on-exec everywhere: a rank must not hold another rank's pipe open, or the
   // launcher would never see EOF on it.
-  if (pipe2(out, O_CLOEXEC) != 0) throw Error(std::string("lockstep-run: pipe: ") + std::strerror(errno));
+  if (pipe2(out, O_CLOEXEC) != 0)
+    throw Error(std::string("lockstep-run: pipe: ") + std::strerror(errno));
   if (pipe2(err, O_CLOEXEC) != 0) {
     close_all({out[0], out[1]});
     throw Error(std::string("lockstep-run: pipe: ") + std::strerror(errno));
@@ -84,7 +89,8 @@ SpawnedRank spawn_rank(const std::vector<std::string>& argv, const std::vector<s
   }
   if (pid == 0) exec_child(cargv.data(), cenvp.data(), out[1], err[1], status[1], launcher);
 
-  setpgid(pid, pid);  // also here, so killpg works even before the child ran (EACCES after exec is fine)
+  setpgid(pid,
+          pid);  // also here, so killpg works even before the child ran (EACCES after exec is fine)
   close_all({out[1], err[1], status[1]});
   SpawnedRank r;
   r.pid = pid;
@@ -95,12 +101,14 @@ SpawnedRank spawn_rank(const std::vector<std::string>& argv, const std::vector<s
   // The status pipe closes at a successful exec (close-on-exec) or carries execvp's errno.
   int e = 0;
   ssize_t n;
-  do n = read(status[0], &e, sizeof e); while (n < 0 && errno == EINTR);
+  do n = read(status[0], &e, sizeof e);
+  while (n < 0 && errno == EINTR);
   close(status[0]);
   if (n == sizeof e) {
     r.exec_errno = e;
     int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
     close_all({r.out_fd, r.err_fd});
     r.out_fd = r.err_fd = -1;
   }

@@ -15,11 +15,13 @@ ConvNetImpl::ConvNetImpl(ConvNetOptions o) : options_(o) {
   const int64_t s = after_block(after_block(o.image_size));
   LOCKSTEP_CHECK(s >= 1, "ConvNet: image_size ", o.image_size, " is too small for two conv blocks");
   // bias=false: a BatchNorm follows each conv and its shift makes a conv bias redundant.
-  conv1_ = register_module("conv1", torch::nn::Conv2d(
-      torch::nn::Conv2dOptions(o.in_channels, o.channels1, 3).bias(false)));
+  conv1_ = register_module(
+      "conv1",
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(o.in_channels, o.channels1, 3).bias(false)));
   bn1_ = register_module("bn1", torch::nn::BatchNorm2d(o.channels1));
-  conv2_ = register_module("conv2", torch::nn::Conv2d(
-      torch::nn::Conv2dOptions(o.channels1, o.channels2, 3).bias(false)));
+  conv2_ = register_module(
+      "conv2",
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(o.channels1, o.channels2, 3).bias(false)));
   bn2_ = register_module("bn2", torch::nn::BatchNorm2d(o.channels2));
   fc1_ = register_module("fc1", torch::nn::Linear(o.channels2 * s * s, o.hidden));
   fc2_ = register_module("fc2", torch::nn::Linear(o.hidden, o.num_classes));

@@ -2,14 +2,14 @@
 
 #include <lockstep/error.h>
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
 namespace lockstep::train {
 
@@ -31,11 +31,12 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
       if (errno == EINTR) continue;
       const std::string err = std::strerror(errno);
       ::close(fd);
-      throw Error(tmp + ": write failed: " + err);
+      throw Error(detail::concat(tmp, ": write failed: ", err));
     }
     done += size_t(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) throw Error(tmp + ": fsync/close failed: " + std::strerror(errno));
+  if (::fsync(fd) != 0 || ::close(fd) != 0)
+    throw Error(tmp + ": fsync/close failed: " + std::strerror(errno));
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     throw Error(path + ": rename failed: " + std::strerror(errno));
   fsync_dir(std::filesystem::path(path).parent_path().string());

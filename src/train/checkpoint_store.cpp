@@ -1,5 +1,6 @@
 #include <lockstep/train/checkpoint_store.h>
 
+#include <lockstep/error.h>
 #include <lockstep/train/atomic_file.h>
 
 #include <algorithm>
@@ -35,8 +36,10 @@ void CheckpointStore::save(int64_t step, const std::map<std::string, std::string
   }
   barrier();
   if (rank_ == 0)
-    for (const auto& [name, bytes] : shared) write_file_atomic(tmp_dir + "/" + name, bytes);
-  for (const auto& [name, bytes] : per_rank) write_file_atomic(tmp_dir + "/" + name, bytes);
+    for (const auto& [name, bytes] : shared)
+      write_file_atomic(detail::concat(tmp_dir, "/", name), bytes);
+  for (const auto& [name, bytes] : per_rank)
+    write_file_atomic(detail::concat(tmp_dir, "/", name), bytes);
   barrier();  // every rank's files are durable before the checkpoint becomes visible
   if (rank_ == 0) {
     fs::remove_all(final_dir);
@@ -62,7 +65,8 @@ void CheckpointStore::prune() const {
   std::vector<std::string> done;
   for (const auto& e : fs::directory_iterator(dir_)) {
     const std::string n = e.path().filename().string();
-    if (e.is_directory() && n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos) done.push_back(n);
+    if (e.is_directory() && n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos)
+      done.push_back(n);
   }
   std::sort(done.begin(), done.end());
   for (size_t i = 0; i + size_t(keep_) < done.size(); ++i) fs::remove_all(dir_ + "/" + done[i]);

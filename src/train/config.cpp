@@ -1,220 +1,154 @@
-// Schema-checked TOML loading. The schema is a flat table "section.key" -> typed setter,
-// so the set of known keys, their types and the struct fields cannot drift apart.
+// Schema-checked TOML loading: toml++ parses, ConfigSchema (config_schema.h) checks every
+// key of the trainer's sections and of the workload's.
 #include <lockstep/train/config.h>
+
+#include <lockstep/train/config_schema.h>
 
 #include <toml++/toml.h>
 
+#include <cstdio>
 #include <fstream>
-#include <functional>
-#include <map>
 #include <sstream>
 
 namespace lockstep::train {
 namespace {
 
-enum class Kind { Int, Float, Bool, String };
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::Int: return "an integer";
-    case Kind::Float: return "a number";
-    case Kind::Bool: return "a boolean";
-    case Kind::String: return "a string";
-  }
-  return "?";
-}
-std::string node_type_name(const toml::node& n) {
-  switch (n.type()) {
-    case toml::node_type::table: return "a table";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    default: return "a date/time";
-  }
-}
-
 std::string where(const toml::node& n) {
   const auto& s = n.source();
   std::ostringstream os;
-  os << (s.path ? *s.path : std::string("<config>")) << ":" << s.begin.line << ":" << s.begin.column << ": ";
+  os << (s.path ? *s.path : std::string("<config>")) << ":" << s.begin.line << ":" << s.begin.column
+     << ": ";
   return os.str();
 }
 
-struct Field {
-  Kind kind;
-  std::function<void(const toml::node&)> set;
-};
-
-class Schema {
- public:
-  explicit Schema(TrainConfig& c) {
-    str("run.name", c.run.name);
-    str("run.out_dir", c.run.out_dir);
-    i64("run.seed", c.run.seed, 0);
-    auto& d = c.data;
-    str("data.dir", d.dir);
-    boolean("data.generate", d.generate);
-    i64("data.seed", d.seed, 0);
-    i64("data.clients", d.clients, 1);
-    i64("data.items", d.items, 1);
-    i64("data.shards", d.shards, 1);
-    i64("data.days", d.days, 1);
-    i64("data.latent_dim", d.latent_dim, 1);
-    i64("data.styles", d.styles, 1);
-    f64("data.style_spread", d.style_spread, 0, 1);
-    i64("data.items_per_shipment", d.items_per_shipment, 1);
-    f64("data.mean_gap_days", d.mean_gap_days, 10);
-    f64("data.drift_halflife_days", d.drift_halflife_days, 1e-3);
-    f64("data.affinity", d.affinity, 0);
-    f64("data.recency", d.recency, 0);
-    f64("data.noise", d.noise, 0);
-    f64("data.base_logit", d.base_logit, -100);
-    f64("data.stylist_noise", d.stylist_noise, 0);
-    f64("data.feedback_prob", d.feedback_prob, 0, 1);
-    i64("data.cutoff_day", d.cutoff_day, 1);
-    i64("data.horizon_days", d.horizon_days, 1);
-    i64("data.max_len", d.max_len, 2);
-    i64("data.max_candidates", d.max_candidates, 1);
-    i64("data.shuffle_buffer", d.shuffle_buffer, 1);
-    i64("model.d_model", c.model.d_model, 1);
-    i64("model.heads", c.model.heads, 1);
-    i64("model.layers", c.model.layers, 0);
-    i64("model.d_ff", c.model.d_ff, 1);
-    f64("model.dropout", c.model.dropout, 0, 0.99);
-    auto& o = c.optim;
-    one_of("optim.name", o.name, {"sgd", "adamw"});
-    f64("optim.lr", o.lr, 0);
-    f64("optim.weight_decay", o.weight_decay, 0);
-    f64("optim.momentum", o.momentum, 0, 1);
-    f64("optim.beta1", o.beta1, 0, 1);
-    f64("optim.beta2", o.beta2, 0, 1);
-    f64("optim.grad_clip", o.grad_clip, 0);
-    one_of("optim.lr_scaling", o.lr_scaling, {"linear", "sqrt", "none"});
-    i64("schedule.warmup_steps", c.schedule.warmup_steps, 0);
-    f64("schedule.min_lr_ratio", c.schedule.min_lr_ratio, 0, 1);
-    auto& t = c.train;
-    i64("train.epochs", t.epochs, 1);
-    i64("train.batch_size", t.batch_size, 1);
-    i64("train.grad_accum", t.grad_accum, 1);
-    i64("train.reference_world_size", t.reference_world_size, 1);
-    boolean("train.keep_global_batch", t.keep_global_batch);
-    i64("train.max_steps", t.max_steps, 0);
-    i64("train.stop_after_steps", t.stop_after_steps, 0);
-    i64("train.threads", t.threads, 1);
-    one_of("strategy.kind", c.strategy.kind, {"single", "ddp"});
-    one_of("strategy.comm_hook", c.strategy.comm_hook, {"none", "bf16", "qsgd"});
-    i64("strategy.qsgd_bits", c.strategy.qsgd_bits, 1, 32);
-    i64("strategy.qsgd_bucket_size", c.strategy.qsgd_bucket_size, 1);
-    one_of("strategy.backend", c.strategy.backend, {"auto", "shm", "gloo", "mpi"});
-    one_of("eval.metric", c.eval.metric, {"auc", "recall_at_k"});
-    f64("eval.threshold", c.eval.threshold, 0, 1);
-    i64("eval.k", c.eval.k, 1);
-    i64("eval.bins", c.eval.bins, 2);
-    i64("eval.batch_size", c.eval.batch_size, 1);
-    i64("checkpoint.every_steps", c.checkpoint.every_steps, 0);
-    i64("checkpoint.keep", c.checkpoint.keep, 1);
-    str("checkpoint.dir", c.checkpoint.dir);
-    i64("log.every_steps", c.log.every_steps, 1);
-    boolean("log.progress", c.log.progress);
-    boolean("log.tensorboard", c.log.tensorboard);
-    boolean("log.plot", c.log.plot);
+// toml++'s node as the schema's parser-independent value.
+ConfigValue value_of(const toml::node& n) {
+  ConfigValue v;
+  v.where = where(n);
+  switch (n.type()) {
+    case toml::node_type::integer:
+      v.type = ConfigValue::Type::Integer;
+      v.integer = *n.value_exact<int64_t>();
+      v.number = double(v.integer);
+      break;
+    case toml::node_type::floating_point:
+      v.type = ConfigValue::Type::Float;
+      v.number = *n.value_exact<double>();
+      break;
+    case toml::node_type::boolean:
+      v.type = ConfigValue::Type::Boolean;
+      v.boolean = *n.value_exact<bool>();
+      break;
+    case toml::node_type::string:
+      v.type = ConfigValue::Type::String;
+      v.string = *n.value_exact<std::string>();
+      break;
+    case toml::node_type::table:
+      v.type = ConfigValue::Type::Table;
+      break;
+    case toml::node_type::array:
+      v.type = ConfigValue::Type::Array;
+      break;
+    default:
+      v.type = ConfigValue::Type::Other;
+      break;
   }
+  return v;
+}
 
-  // Checks every key of `root` against the schema and stores the values.
-  void apply(const toml::table& root) { walk(root, ""); }
+// The trainer's own keys; the workload adds its own to the same schema.
+void declare_trainer_keys(ConfigSchema& s, TrainConfig& c,
+                          const std::vector<std::string>& gate_metrics) {
+  s.str("run.workload", c.run.workload);
+  s.str("run.name", c.run.name);
+  s.str("run.out_dir", c.run.out_dir);
+  s.i64("run.seed", c.run.seed, 0);
+  auto& o = c.optim;
+  s.one_of("optim.name", o.name, {"sgd", "adamw"});
+  s.f64("optim.lr", o.lr, 0);
+  s.f64("optim.weight_decay", o.weight_decay, 0);
+  s.f64("optim.momentum", o.momentum, 0, 1);
+  s.f64("optim.beta1", o.beta1, 0, 1);
+  s.f64("optim.beta2", o.beta2, 0, 1);
+  s.f64("optim.grad_clip", o.grad_clip, 0);
+  s.one_of("optim.lr_scaling", o.lr_scaling, {"linear", "sqrt", "none"});
+  s.i64("schedule.warmup_steps", c.schedule.warmup_steps, 0);
+  s.f64("schedule.min_lr_ratio", c.schedule.min_lr_ratio, 0, 1);
+  auto& t = c.train;
+  s.i64("train.epochs", t.epochs, 1);
+  s.i64("train.batch_size", t.batch_size, 1);
+  s.i64("train.grad_accum", t.grad_accum, 1);
+  s.i64("train.reference_world_size", t.reference_world_size, 1);
+  s.boolean("train.keep_global_batch", t.keep_global_batch);
+  s.i64("train.max_steps", t.max_steps, 0);
+  s.i64("train.stop_after_steps", t.stop_after_steps, 0);
+  s.i64("train.threads", t.threads, 1);
+  s.one_of("strategy.kind", c.strategy.kind, {"single", "ddp"});
+  s.one_of("strategy.comm_hook", c.strategy.comm_hook, {"none", "bf16", "qsgd"});
+  s.i64("strategy.qsgd_bits", c.strategy.qsgd_bits, 1, 32);
+  s.i64("strategy.qsgd_bucket_size", c.strategy.qsgd_bucket_size, 1);
+  s.one_of("strategy.backend", c.strategy.backend, {"auto", "shm", "gloo", "mpi"});
+  s.one_of("eval.metric", c.eval.metric, gate_metrics);
+  s.f64("eval.threshold", c.eval.threshold, 0, 1);
+  s.i64("checkpoint.every_steps", c.checkpoint.every_steps, 0);
+  s.i64("checkpoint.keep", c.checkpoint.keep, 1);
+  s.str("checkpoint.dir", c.checkpoint.dir);
+  s.i64("log.every_steps", c.log.every_steps, 1);
+  s.boolean("log.progress", c.log.progress);
+  s.boolean("log.tensorboard", c.log.tensorboard);
+  s.boolean("log.plot", c.log.plot);
+}
 
-  std::string known_in(const std::string& section) const {
-    std::string out;
-    for (const auto& [k, f] : fields_)
-      if (k.rfind(section + ".", 0) == 0) out += (out.empty() ? "" : ", ") + k.substr(section.size() + 1);
-    return out;
+// Checks every key of `root` against the schema and stores the values.
+void apply(const ConfigSchema& schema, const toml::table& root) {
+  for (const auto& [k, node] : root) {
+    const std::string section(k.str());
+    if (!schema.has_section(section))
+      throw ConfigError(where(node) + "unknown key '" + section +
+                        "' (sections: " + schema.sections() + ")");
+    if (!node.is_table())
+      throw ConfigError(detail::concat(where(node), "key '", section, "' must be a table ([",
+                                       section, "]), got ", value_of(node).type_name()));
+    for (const auto& [leaf, value] : *node.as_table())
+      schema.set(section + "." + std::string(leaf.str()), value_of(value));
   }
-  bool has_section(const std::string& s) const { return !known_in(s).empty(); }
+}
 
- private:
-  void walk(const toml::table& t, const std::string& prefix) {
-    for (const auto& [k, node] : t) {
-      const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
-      if (prefix.empty()) {
-        if (!has_section(key)) {
-          std::string sections = "run, data, model, optim, schedule, train, strategy, eval, checkpoint, log";
-          throw ConfigError(where(node) + "unknown key '" + key + "' (sections: " + sections + ")");
-        }
-        if (!node.is_table())
-          throw ConfigError(where(node) + "key '" + key + "' must be a table ([" + key + "]), got " +
-                            node_type_name(node));
-        walk(*node.as_table(), key);
-        continue;
-      }
-      auto it = fields_.find(key);
-      if (it == fields_.end())
-        throw ConfigError(where(node) + "unknown key '" + key + "' (known keys in [" + prefix + "]: " +
-                          known_in(prefix) + ")");
-      it->second.set(node);
+// run.workload from the (overridden) document, or the registry's only workload.
+std::string workload_name(const toml::table& root, const std::string& source,
+                          const WorkloadRegistry& registry) {
+  const toml::node* n = root["run"]["workload"].node();
+  if (!n) {
+    if (registry.size() == 1) return registry.only();
+    throw ConfigError(source + ": [run] workload is not set (registered workloads: " +
+                      (registry.size() ? registry.names() : std::string("none")) + ")");
+  }
+  const ConfigValue v = value_of(*n);
+  if (v.type != ConfigValue::Type::String)
+    throw ConfigError(v.where + "key 'run.workload' must be a string, got " + v.type_name());
+  if (!registry.contains(v.string))
+    throw ConfigError(v.where + "key 'run.workload' = '" + v.string +
+                      "' is not one of: " + registry.names());
+  return v.string;
+}
+
+// `s` as a TOML basic string literal.
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (const unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += char(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += char(c);
     }
   }
-
-  static void type_error(const std::string& key, const toml::node& n, Kind k) {
-    throw ConfigError(where(n) + "key '" + key + "' must be " + kind_name(k) + ", got " + node_type_name(n));
-  }
-  void i64(const std::string& key, int64_t& dst, int64_t lo, int64_t hi = INT64_MAX) {
-    fields_[key] = {Kind::Int, [key, &dst, lo, hi](const toml::node& n) {
-                      auto v = n.value_exact<int64_t>();
-                      if (!v) type_error(key, n, Kind::Int);
-                      if (*v < lo || *v > hi)
-                        throw ConfigError(where(n) + "key '" + key + "' = " + std::to_string(*v) +
-                                          " is out of range [" + std::to_string(lo) + ", " +
-                                          (hi == INT64_MAX ? std::string("inf") : std::to_string(hi)) + "]");
-                      dst = *v;
-                    }};
-  }
-  void f64(const std::string& key, double& dst, double lo, double hi = 1e300) {
-    fields_[key] = {Kind::Float, [key, &dst, lo, hi](const toml::node& n) {
-                      std::optional<double> v;
-                      if (n.is_floating_point() || n.is_integer()) v = n.value<double>();
-                      if (!v) type_error(key, n, Kind::Float);
-                      if (*v < lo || *v > hi) {
-                        std::ostringstream os;
-                        os << where(n) << "key '" << key << "' = " << *v << " is out of range [" << lo << ", " << hi
-                           << "]";
-                        throw ConfigError(os.str());
-                      }
-                      dst = *v;
-                    }};
-  }
-  void boolean(const std::string& key, bool& dst) {
-    fields_[key] = {Kind::Bool, [key, &dst](const toml::node& n) {
-                      auto v = n.value_exact<bool>();
-                      if (!v) type_error(key, n, Kind::Bool);
-                      dst = *v;
-                    }};
-  }
-  void str(const std::string& key, std::string& dst) {
-    fields_[key] = {Kind::String, [key, &dst](const toml::node& n) {
-                      auto v = n.value_exact<std::string>();
-                      if (!v) type_error(key, n, Kind::String);
-                      dst = *v;
-                    }};
-  }
-  void one_of(const std::string& key, std::string& dst, std::vector<std::string> allowed) {
-    fields_[key] = {Kind::String, [key, &dst, allowed](const toml::node& n) {
-                      auto v = n.value_exact<std::string>();
-                      if (!v) type_error(key, n, Kind::String);
-                      std::string list;
-                      for (const auto& a : allowed) {
-                        if (a == *v) {
-                          dst = *v;
-                          return;
-                        }
-                        list += (list.empty() ? "" : ", ") + a;
-                      }
-                      throw ConfigError(where(n) + "key '" + key + "' = '" + *v + "' is not one of: " + list);
-                    }};
-  }
-
-  std::map<std::string, Field> fields_;
-};
+  return out + "\"";
+}
 
 // Parses "a.b=value" into `root`, keeping the override text as the node's source so a
 // schema error names it.
@@ -231,9 +165,14 @@ void apply_override(toml::table& root, const std::string& text) {
   try {
     parsed = toml::parse("v = " + value, src);
   } catch (const toml::parse_error&) {
-    // Not a TOML value: take it as a bare string (e.g. --set run.out_dir=/tmp/x).
-    parsed = toml::parse("v = \"\"", src);
-    parsed.insert_or_assign("v", value);
+    // Not a TOML value: take it as a bare string (e.g. --set run.out_dir=/tmp/x), parsed
+    // as a quoted TOML string so that the node keeps the override as its source.
+    try {
+      parsed = toml::parse("v = " + quoted(value), src);
+    } catch (const toml::parse_error&) {  // not even a string (e.g. invalid UTF-8): no source
+      parsed = toml::parse("v = \"\"", src);
+      parsed.insert_or_assign("v", value);
+    }
   }
   if (!root.contains(section)) root.insert(section, toml::table{});
   toml::table* t = root[section].as_table();
@@ -241,51 +180,61 @@ void apply_override(toml::table& root, const std::string& text) {
   t->insert_or_assign(leaf, std::move(*parsed.get("v")));
 }
 
-TrainConfig finish(toml::table& root, const std::string& source, const std::vector<std::string>& overrides) {
+LoadedConfig finish(toml::table& root, const std::string& source, const WorkloadRegistry& registry,
+                    const std::vector<std::string>& overrides) {
   for (const auto& o : overrides) apply_override(root, o);
-  TrainConfig c;
+  LoadedConfig out;
+  TrainConfig& c = out.config;
   c.source = source;
-  Schema(c).apply(root);
-  if (c.model.d_model % c.model.heads != 0)
-    throw ConfigError(source + ": model.d_model (" + std::to_string(c.model.d_model) +
-                      ") must be divisible by model.heads (" + std::to_string(c.model.heads) + ")");
-  if (c.data.cutoff_day >= c.data.days)
-    throw ConfigError(source + ": data.cutoff_day (" + std::to_string(c.data.cutoff_day) +
-                      ") must be before data.days (" + std::to_string(c.data.days) + ")");
-  if (c.data.max_candidates >= c.data.max_len)
-    throw ConfigError(source + ": data.max_candidates must be smaller than data.max_len");
+  const std::string name = workload_name(root, source, registry);
+  out.workload = registry.create(name);
+  const std::vector<std::string> gate_metrics = out.workload->gate_metrics();
+  LOCKSTEP_CHECK(!gate_metrics.empty(), "workload '", name, "' names no gate metric");
+  ConfigSchema schema;
+  declare_trainer_keys(schema, c, gate_metrics);
+  out.workload->declare_config(schema);
+  apply(schema, root);
+  out.workload->validate_config(source);
+  c.run.workload = name;
+  if (c.run.name.empty()) c.run.name = name;
+  if (c.run.out_dir.empty()) c.run.out_dir = "out/" + name;
+  if (c.eval.metric.empty()) c.eval.metric = gate_metrics.front();
   if (c.checkpoint.dir.empty()) c.checkpoint.dir = c.run.out_dir + "/checkpoints";
   std::ostringstream js;
   js << toml::json_formatter{root};
   c.json = js.str();
-  return c;
+  return out;
 }
 
-TrainConfig parse_text(const std::string& text, const std::string& source, const std::vector<std::string>& ov) {
+LoadedConfig parse_text(const std::string& text, const std::string& source,
+                        const WorkloadRegistry& registry, const std::vector<std::string>& ov) {
   toml::table root;
   try {
     root = toml::parse(text, source);
   } catch (const toml::parse_error& e) {
     const auto& s = e.source();
-    throw ConfigError(source + ":" + std::to_string(s.begin.line) + ":" + std::to_string(s.begin.column) +
+    throw ConfigError(source + ":" + std::to_string(s.begin.line) + ":" +
+                      std::to_string(s.begin.column) +
                       ": TOML syntax error: " + std::string(e.description()));
   }
-  return finish(root, source, ov);
+  return finish(root, source, registry, ov);
 }
 
 }  // namespace
 
-TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
+LoadedConfig load_config(const std::string& path, const WorkloadRegistry& registry,
+                         const std::vector<std::string>& overrides) {
   std::ifstream in(path);
   if (!in) throw ConfigError(path + ": cannot read config file");
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse_text(ss.str(), path, overrides);
+  return parse_text(ss.str(), path, registry, overrides);
 }
 
-TrainConfig parse_config(const std::string& toml_text, const std::string& source_name,
-                         const std::vector<std::string>& overrides) {
-  return parse_text(toml_text, source_name, overrides);
+LoadedConfig parse_config(const std::string& toml_text, const std::string& source_name,
+                          const WorkloadRegistry& registry,
+                          const std::vector<std::string>& overrides) {
+  return parse_text(toml_text, source_name, registry, overrides);
 }
 
 }  // namespace lockstep::train

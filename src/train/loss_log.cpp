@@ -16,7 +16,8 @@ LossLog::LossLog(std::string path, int64_t resume_step) : path_(std::move(path))
     std::string line;
     std::getline(in, line);  // header
     while (std::getline(in, line))
-      if (!line.empty() && std::stoll(line.substr(0, line.find(','))) <= resume_step) kept += line + "\n";
+      if (!line.empty() && std::stoll(line.substr(0, line.find(','))) <= resume_step)
+        kept += line + "\n";
   }
   write_file_atomic(path_, kept);
   f_ = std::fopen(path_.c_str(), "a");
@@ -28,7 +29,8 @@ LossLog::~LossLog() {
 }
 
 void LossLog::append(int64_t step, int64_t epoch, double loss, double lr, double step_s) {
-  std::fprintf(f_, "%lld,%lld,%.9g,%.9g,%.6f\n", (long long)step, (long long)epoch, loss, lr, step_s);
+  std::fprintf(f_, "%lld,%lld,%.9g,%.9g,%.6f\n", (long long)step, (long long)epoch, loss, lr,
+               step_s);
   std::fflush(f_);
 }
 

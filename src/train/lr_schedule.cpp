@@ -5,8 +5,12 @@
 
 namespace lockstep::train {
 
-LrSchedule::LrSchedule(double peak_lr, int64_t warmup_steps, int64_t total_steps, double min_lr_ratio)
-    : peak_(peak_lr), warmup_(warmup_steps), total_(std::max<int64_t>(total_steps, 1)), min_ratio_(min_lr_ratio) {}
+LrSchedule::LrSchedule(double peak_lr, int64_t warmup_steps, int64_t total_steps,
+                       double min_lr_ratio)
+    : peak_(peak_lr),
+      warmup_(warmup_steps),
+      total_(std::max<int64_t>(total_steps, 1)),
+      min_ratio_(min_lr_ratio) {}
 
 double LrSchedule::lr(int64_t step) const {
   if (step < warmup_) return peak_ * double(step + 1) / double(warmup_);

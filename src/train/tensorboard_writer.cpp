@@ -2,11 +2,11 @@
 
 #include <lockstep/error.h>
 
+#include <unistd.h>
 #include <array>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <unistd.h>
 
 namespace lockstep::train {
 namespace {
@@ -21,7 +21,9 @@ void varint(std::string& out, uint64_t v) {
 void fixed(std::string& out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(char(v >> (8 * i)));
 }
-void tag(std::string& out, int field, int wire) { varint(out, uint64_t(field) << 3 | uint64_t(wire)); }
+void tag(std::string& out, int field, int wire) {
+  varint(out, uint64_t(field) << 3 | uint64_t(wire));
+}
 void bytes_field(std::string& out, int field, const std::string& b) {
   tag(out, field, 2);
   varint(out, b.size());
@@ -68,7 +70,8 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, const std::string& 
   std::filesystem::create_directories(dir);
   char host[256] = "localhost";
   ::gethostname(host, sizeof host - 1);
-  path_ = dir + "/events.out.tfevents." + std::to_string(int64_t(wall_time())) + "." + host + "." + suffix;
+  path_ = dir + "/events.out.tfevents." + std::to_string(int64_t(wall_time())) + "." + host + "." +
+          suffix;
   f_ = std::fopen(path_.c_str(), "wb");
   if (!f_) throw Error(path_ + ": cannot create TensorBoard event file");
   std::string e = event_header(wall_time(), 0);

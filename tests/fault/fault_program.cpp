@@ -6,24 +6,30 @@
 #include <lockstep/lockstep.h>
 
 #include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
 
 #include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <thread>
 
 int main(int argc, char** argv) {
-  const std::string mode = argc > 1 ? argv[1] : "";
+  CLI::App app{"fault_program: a rank for the fault tests (tests/fault/comm_fault_test.sh)"};
+  std::string mode;
+  app.add_option("mode", mode, "kill-mid-collective or join")
+      ->required()
+      ->check(CLI::IsMember({"kill-mid-collective", "join"}));
+  app.failure_message(CLI::FailureMessage::help);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a bad command line: message, usage, 2
+  }
   try {
     auto pg = lockstep::init();
     if (mode == "join") {
       std::printf("rank %d joined\n", pg->rank());
       return 0;
-    }
-    if (mode != "kill-mid-collective") {
-      std::fprintf(stderr, "usage: fault_program kill-mid-collective|join\n");
-      return 2;
     }
     const bool victim = pg->rank() == pg->size() - 1;
     auto x = at::ones({1 << 20}, at::kFloat);
@@ -34,8 +40,10 @@ int main(int argc, char** argv) {
       try {
         w->wait();
       } catch (const lockstep::CommError& e) {
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        std::fprintf(stderr, "rank %d caught CommError (%s) at iteration %d, %.2f s after start: %s\n",
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::fprintf(stderr,
+                     "rank %d caught CommError (%s) at iteration %d, %.2f s after start: %s\n",
                      pg->rank(), lockstep::CommError::kind_name(e.kind()), i, s, e.what());
         return 3;
       }

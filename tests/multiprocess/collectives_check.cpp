@@ -7,9 +7,9 @@
 #include <lockstep/lockstep.h>
 
 #include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -51,8 +51,10 @@ void run_case(ProcessGroup& pg, at::ScalarType t, int64_t n) {
     if (op == ReduceOp::Avg && !at::isFloatingType(t)) continue;
     auto x = f_times(r + 1, n, 0, t);
     pg.allreduce(x, {op})->wait();
-    const double scale = op == ReduceOp::Sum ? tri : op == ReduceOp::Avg ? tri / p
-                       : op == ReduceOp::Max ? p : 1;
+    const double scale = op == ReduceOp::Sum   ? tri
+                         : op == ReduceOp::Avg ? tri / p
+                         : op == ReduceOp::Max ? p
+                                               : 1;
     expect(tag + "allreduce " + comm::reduce_op_name(op), x, f_times(scale, n, 0, t));
   }
 
@@ -67,9 +69,9 @@ void run_case(ProcessGroup& pg, at::ScalarType t, int64_t n) {
     pg.allreduce_coalesced(pieces, {op})->wait();
     const double scale = op == ReduceOp::Sum ? tri : op == ReduceOp::Avg ? tri / p : p;
     for (int k = 0; k + 1 < 5; ++k)
-      expect(tag + "allreduce_coalesced " + comm::reduce_op_name(op) + " piece " +
-                 std::to_string(k),
-             pieces[k], f_times(scale, cuts[k + 1] - cuts[k], cuts[k], t));
+      expect(
+          tag + "allreduce_coalesced " + comm::reduce_op_name(op) + " piece " + std::to_string(k),
+          pieces[k], f_times(scale, cuts[k + 1] - cuts[k], cuts[k], t));
   }
 
   const int root = p - 1;
@@ -81,6 +83,7 @@ void run_case(ProcessGroup& pg, at::ScalarType t, int64_t n) {
   auto gathered = at::empty({n * p}, t);
   pg.allgather(gathered, in)->wait();
   std::vector<at::Tensor> parts;
+  parts.reserve(p);
   for (int q = 0; q < p; ++q) parts.push_back(f_times(q + 1, n, 0, t));
   expect(tag + "allgather", gathered, at::cat(parts));
 
@@ -132,11 +135,23 @@ int run_mismatch(ProcessGroup& pg) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{
+      "collectives_check: every collective on every dtype and size against closed-form "
+      "values, on the group lockstep::init() builds (run under lockstep-run or mpirun)"};
+  bool mismatch = false;
+  app.add_flag("--mismatch", mismatch,
+               "instead: ranks issue mismatched collectives, which must raise CommError(Mismatch)");
+  app.failure_message(CLI::FailureMessage::help);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a bad command line: message, usage, 2
+  }
   try {
     auto pg = lockstep::init();
-    if (argc > 1 && std::strcmp(argv[1], "--mismatch") == 0) return run_mismatch(*pg);
+    if (mismatch) return run_mismatch(*pg);
     const at::ScalarType types[] = {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf,
-                                    at::kInt, at::kLong, at::kByte};
+                                    at::kInt,   at::kLong,   at::kByte};
     for (int64_t n : {0L, 1L, 1000L, 1L << 20})
       for (auto t : types) run_case(*pg, t, n);
     // Large and uneven: several of the backends' chunks, segments and ring blocks.
@@ -161,9 +176,9 @@ int main(int argc, char** argv) {
           at::Tensor x = sh.narrow(0, 32, big);
           x.copy_(f_times(pg->rank() + 1, big, 0, at::kFloat));
           pg->allreduce(x, {op})->wait();
-          expect(std::string("shared allreduce ") + comm::reduce_op_name(op), x,
-                 f_times(op == ReduceOp::Sum ? p * (p + 1) / 2.0 : (p + 1) / 2.0, big, 0,
-                         at::kFloat));
+          expect(
+              std::string("shared allreduce ") + comm::reduce_op_name(op), x,
+              f_times(op == ReduceOp::Sum ? p * (p + 1) / 2.0 : (p + 1) / 2.0, big, 0, at::kFloat));
         }
       }
     }

@@ -1,6 +1,6 @@
 # Compressed allreduce: every backend, 1-4 ranks. Included from tests/multiprocess.
 add_executable(compress_check ${CMAKE_CURRENT_LIST_DIR}/compress_check.cpp)
-target_link_libraries(compress_check PRIVATE lockstep_compress)
+target_link_libraries(compress_check PRIVATE lockstep_parallel)
 foreach(np 1 2 3 4)
   foreach(backend shm gloo)
     add_test(NAME compress_${backend}_np${np}
@@ -10,7 +10,7 @@ foreach(np 1 2 3 4)
       ENVIRONMENT "LOCKSTEP_BACKEND=${backend};LOCKSTEP_TIMEOUT_S=60" TIMEOUT 120
       LABELS multiprocess)
   endforeach()
-  if(LOCKSTEP_WITH_MPI AND EXISTS ${PROJECT_SOURCE_DIR}/scripts/mpirun.sh)
+  if(LOCKSTEP_HAVE_MPI)
     add_test(NAME compress_mpi_np${np}
              COMMAND ${PROJECT_SOURCE_DIR}/scripts/mpirun.sh -np ${np} $<TARGET_FILE:compress_check>)
     set_tests_properties(compress_mpi_np${np} PROPERTIES

@@ -3,7 +3,7 @@
 // Run under lockstep-run (any backend, 1..4 ranks); exits non-zero on any failure.
 #include <lockstep/compress/compressed_allreduce.h>
 #include <lockstep/lockstep.h>
-#include <lockstep/compress/ddp_hook.h>
+#include <lockstep/parallel/hooks/qsgd_hook.h>
 
 #include <ATen/ATen.h>
 
@@ -19,18 +19,20 @@ using namespace lockstep::compress;
 namespace {
 
 int failures = 0;
-#define EXPECT(cond, ...)                                          \
-  do {                                                             \
-    if (!(cond)) {                                                 \
-      ++failures;                                                  \
+#define EXPECT(cond, ...)                                                 \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      ++failures;                                                         \
       std::fprintf(stderr, "FAIL %s:%d: %s ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                           \
-      std::fprintf(stderr, "\n");                                  \
-    }                                                              \
+      std::fprintf(stderr, __VA_ARGS__);                                  \
+      std::fprintf(stderr, "\n");                                         \
+    }                                                                     \
   } while (0)
 
 // Rank r's input, known to every rank so the expected sum is closed form.
-float input(int r, int64_t i) { return std::sin(0.37f * float(i) + float(r)) * (1.0f + 0.5f * float(r)); }
+float input(int r, int64_t i) {
+  return std::sin(0.37f * float(i) + float(r)) * (1.0f + 0.5f * float(r));
+}
 
 // Rank r's input rounded to dtype and back (computed once per rank: the closed-form
 // reference must not dominate the test's time).
@@ -44,7 +46,8 @@ std::vector<float> rounded_input(int r, int64_t n, at::ScalarType dt) {
 
 double bucket_unit(const std::vector<float>& v, int64_t lo_i, int64_t hi_i, int bits) {
   float lo = INFINITY, hi = -INFINITY;
-  for (int64_t i = lo_i; i < hi_i; ++i) lo = std::min(lo, v[size_t(i)]), hi = std::max(hi, v[size_t(i)]);
+  for (int64_t i = lo_i; i < hi_i; ++i)
+    lo = std::min(lo, v[size_t(i)]), hi = std::max(hi, v[size_t(i)]);
   return unit_for(lo, hi, bits);
 }
 
@@ -56,7 +59,10 @@ void check_case(lockstep::ProcessGroup& g, int64_t n, int bits, at::ScalarType d
   o.exclude = {};
   o.seed = 7;
   at::Tensor x = at::empty({n}, at::kFloat);
-  { float* p_ = x.data_ptr<float>(); for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i); }
+  {
+    float* p_ = x.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i);
+  }
   at::Tensor t = x.to(dt);
   CompressedAllreduce plan(o, {{"w", 0, n}}, n, P);
   plan.run(g, t, average);
@@ -66,6 +72,7 @@ void check_case(lockstep::ProcessGroup& g, int64_t n, int bits, at::ScalarType d
   double worst = 0, max_err = 0;
   const int L = (1 << bits) - 1;
   std::vector<std::vector<float>> in;
+  in.reserve(size_t(P));
   for (int r = 0; r < P; ++r) in.push_back(rounded_input(r, n, dt));
   const at::Tensor got_all = t.to(at::kFloat).contiguous();
   const float* got_p = got_all.data_ptr<float>();
@@ -102,23 +109,29 @@ void check_case(lockstep::ProcessGroup& g, int64_t n, int bits, at::ScalarType d
   at::Tensor all = at::empty({P * n}, t.options());
   g.allgather(all, t)->wait();
   for (int r = 0; r < P; ++r)
-    EXPECT(std::memcmp(all.data_ptr(), static_cast<char*>(all.data_ptr()) + r * n * t.element_size(),
-                       size_t(n * t.element_size())) == 0,
-           "replica %d differs from rank 0 (n=%ld bits=%d)", r, long(n), bits);
+    EXPECT(
+        std::memcmp(all.data_ptr(), static_cast<char*>(all.data_ptr()) + r * n * t.element_size(),
+                    size_t(n * t.element_size())) == 0,
+        "replica %d differs from rank 0 (n=%ld bits=%d)", r, long(n), bits);
   if (me == 0 && n > 1000)
-    std::printf("P=%d n=%-7ld bits=%d %-9s %s: max err %.3g, worst (err-slack)/bound %.3f (<= 1)\n", P,
-                long(n), bits, c10::toString(dt), average ? "avg" : "sum", max_err, worst);
+    std::printf("P=%d n=%-7ld bits=%d %-9s %s: max err %.3g, worst (err-slack)/bound %.3f (<= 1)\n",
+                P, long(n), bits, c10::toString(dt), average ? "avg" : "sum", max_err, worst);
 }
 
 void check_mixed_layers_and_nan(lockstep::ProcessGroup& g) {
   const int P = g.size(), me = g.rank();
   // weight (compressed), bias (plain: excluded), small (plain: under min_layer), hole.
-  std::vector<LayerSpan> layers{{"a.weight", 0, 3000}, {"a.bias", 3000, 64},
-                                {"b.weight", 3064, 2049}, {"c.weight", 5200, 100}};
+  std::vector<LayerSpan> layers{{"a.weight", 0, 3000},
+                                {"a.bias", 3000, 64},
+                                {"b.weight", 3064, 2049},
+                                {"c.weight", 5200, 100}};
   const int64_t n = 5400;
   QsgdOptions o;  // defaults: 4 bits, exclude bias/norm, min_layer 1024
   at::Tensor t = at::empty({n}, at::kFloat);
-  { float* p_ = t.data_ptr<float>(); for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i); }
+  {
+    float* p_ = t.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i);
+  }
   CompressedAllreduce plan(o, layers, n, P);
   plan.run(g, t, /*average=*/true);
   // Plain parts are exact averages (up to float summation order).
@@ -129,7 +142,10 @@ void check_mixed_layers_and_nan(lockstep::ProcessGroup& g) {
            t[i].item<double>(), s / P);
   }
   // NaN on the last rank in b.weight: every rank raises, naming the layer.
-  { float* p_ = t.data_ptr<float>(); for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i); }
+  {
+    float* p_ = t.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i);
+  }
   if (me == P - 1) t[4000] = NAN;
   std::string named;
   try {
@@ -138,9 +154,13 @@ void check_mixed_layers_and_nan(lockstep::ProcessGroup& g) {
     named = e.layer();
     if (me == 0) std::printf("NaN reported on every rank: %s\n", e.what());
   }
-  EXPECT(named == "b.weight", "expected NonFiniteGradient naming b.weight, got '%s'", named.c_str());
+  EXPECT(named == "b.weight", "expected NonFiniteGradient naming b.weight, got '%s'",
+         named.c_str());
   // Inf in a plain layer is reported too.
-  { float* p_ = t.data_ptr<float>(); for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i); }
+  {
+    float* p_ = t.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i);
+  }
   if (me == 0) t[3010] = INFINITY;
   named.clear();
   try {
@@ -152,8 +172,8 @@ void check_mixed_layers_and_nan(lockstep::ProcessGroup& g) {
 }
 
 // Several plans in flight at once (as DDP buckets are): issue all, then wait; the results,
-// pipelined in many rounds, must equal the blocking one-round path's bits, and a plain collective issued in between from the
-// same thread must not disturb the composites' order.
+// pipelined in many rounds, must equal the blocking one-round path's bits, and a plain collective
+// issued in between from the same thread must not disturb the composites' order.
 void check_async_overlap(lockstep::ProcessGroup& g) {
   const int P = g.size(), me = g.rank();
   QsgdOptions o;
@@ -166,12 +186,15 @@ void check_async_overlap(lockstep::ProcessGroup& g) {
     const int64_t n = sizes[k];
     std::vector<LayerSpan> layers{{"w" + std::to_string(k), 0, n - 3}, {"bias", n - 3, 3}};
     QsgdOptions serial = o, piped = o;
-    serial.pipeline_chunk = 0;  // one round
-    piped.pipeline_chunk = 700; // up to 16 rounds, helper thread: same values expected
+    serial.pipeline_chunk = 0;   // one round
+    piped.pipeline_chunk = 700;  // up to 16 rounds, helper thread: same values expected
     a.push_back(std::make_unique<CompressedAllreduce>(serial, layers, n, P));
     b.push_back(std::make_unique<CompressedAllreduce>(piped, layers, n, P));
     at::Tensor t = at::empty({n}, at::kFloat);
-    { float* p_ = t.data_ptr<float>(); for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i + 1000 * int64_t(k)); }
+    {
+      float* p_ = t.data_ptr<float>();
+      for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i + 1000 * int64_t(k));
+    }
     xa.push_back(t.clone());
     xb.push_back(t.clone());
   }
@@ -185,11 +208,43 @@ void check_async_overlap(lockstep::ProcessGroup& g) {
   for (auto& w : works) w->wait();
   for (size_t k = 0; k < sizes.size(); ++k) {
     b[k]->finish();
-    EXPECT(at::equal(xa[k], xb[k]), "async pipelined result %zu (%d rounds) differs from the "
-           "blocking one-round one", k, b[k]->rounds());
+    EXPECT(at::equal(xa[k], xb[k]),
+           "async pipelined result %zu (%d rounds) differs from the "
+           "blocking one-round one",
+           k, b[k]->rounds());
   }
-  EXPECT(extra[0].item<float>() == float(P * (P + 1) / 2), "interleaved allreduce %g",
+  EXPECT(extra[0].item<float>() == float(P * (P + 1)) / 2, "interleaved allreduce %g",
          extra[0].item<float>());
+}
+
+// One pipelined plan over several calls (its helper thread reused, the error-feedback
+// residual carried from call to call, and updated on the helper) against a one-round plan:
+// the same bits at every step.
+void check_pipelined_steps(lockstep::ProcessGroup& g) {
+  const int P = g.size(), me = g.rank();
+  const int64_t n = 20011;
+  QsgdOptions o;
+  o.seed = 5;
+  o.min_layer = 0;
+  o.error_feedback = true;
+  QsgdOptions serial = o, piped = o;
+  serial.pipeline_chunk = 0;
+  piped.pipeline_chunk = 1000;
+  const std::vector<LayerSpan> layers{{"w", 0, n - 11}, {"bias", n - 11, 11}};
+  CompressedAllreduce a(serial, layers, n, P), b(piped, layers, n, P);
+  EXPECT(a.rounds() == 1 && (P == 1 || b.rounds() > 1), "rounds %d and %d", a.rounds(), b.rounds());
+  for (int step = 0; step < 4; ++step) {
+    at::Tensor x = at::empty({n}, at::kFloat);
+    {
+      float* p_ = x.data_ptr<float>();
+      for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i + 31 * int64_t(step));
+    }
+    at::Tensor y = x.clone();
+    a.run(g, x, step % 2 == 0);
+    b.run(g, y, step % 2 == 0);
+    EXPECT(at::equal(x, y), "step %d: pipelined (%d rounds) differs from one round (max diff %g)",
+           step, b.rounds(), (x - y).abs().max().item<double>());
+  }
 }
 
 // The DDP hook (composite op, async) and the direct path give identical bits, step after
@@ -214,11 +269,15 @@ void check_hook_matches_direct(lockstep::ProcessGroup& g) {
   bk.buffer = at::empty({n}, at::kFloat);
   auto hook = qsgd(o);
   std::vector<LayerSpan> spans;
-  for (size_t i = 0; i < bk.names.size(); ++i) spans.push_back({bk.names[i], bk.offsets[i], bk.numels[i]});
+  for (size_t i = 0; i < bk.names.size(); ++i)
+    spans.push_back({bk.names[i], bk.offsets[i], bk.numels[i]});
   CompressedAllreduce direct(o, spans, n, P);
   for (int step = 0; step < 3; ++step) {
     at::Tensor x = at::empty({n}, at::kFloat);
-    { float* p_ = x.data_ptr<float>(); for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i + 17 * step) / float(P); }
+    {
+      float* p_ = x.data_ptr<float>();
+      for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i + 17 * int64_t(step)) / float(P);
+    }
     bk.buffer.copy_(x);
     auto r = hook(g, bk);
     r.work->wait();
@@ -230,7 +289,10 @@ void check_hook_matches_direct(lockstep::ProcessGroup& g) {
     EXPECT(r.bytes == direct.last_stats().bytes_sent, "hook bytes %ld vs %ld", long(r.bytes),
            long(direct.last_stats().bytes_sent));
   }
-  { float* p_ = bk.buffer.data_ptr<float>(); for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i); }
+  {
+    float* p_ = bk.buffer.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i);
+  }
   if (me == 0) bk.buffer[5000] = NAN;
   std::string named;
   auto r = hook(g, bk);
@@ -243,7 +305,8 @@ void check_hook_matches_direct(lockstep::ProcessGroup& g) {
   EXPECT(named == "fc2.weight", "hook: expected NonFiniteGradient naming fc2.weight, got '%s'",
          named.c_str());
   g.barrier()->wait();  // the group survived the NaN report
-  if (me == 0) std::printf("DDP hook (async composite) == direct path, bit for bit; NaN reported\n");
+  if (me == 0)
+    std::printf("DDP hook (async composite) == direct path, bit for bit; NaN reported\n");
 }
 
 }  // namespace
@@ -259,11 +322,12 @@ int main() {
     check_case(*g, 4099, 8, at::kHalf, false);
     check_mixed_layers_and_nan(*g);
     check_async_overlap(*g);
+    check_pipelined_steps(*g);
     check_hook_matches_direct(*g);
     g->barrier()->wait();
     if (g->rank() == 0)
-      std::printf("compress_check %s: P=%d backend=%s, %d failures\n", failures ? "FAILED" : "passed",
-                  P, g->backend_name().c_str(), failures);
+      std::printf("compress_check %s: P=%d backend=%s, %d failures\n",
+                  failures ? "FAILED" : "passed", P, g->backend_name().c_str(), failures);
     return failures ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "compress_check: %s\n", e.what());

@@ -2,7 +2,7 @@
 # Each program computes its single-process reference itself, so it runs
 # standalone under lockstep-run or mpirun. Total well under a minute on 2 cores.
 add_executable(ddp_equivalence ${CMAKE_CURRENT_LIST_DIR}/ddp_equivalence.cpp)
-target_link_libraries(ddp_equivalence PRIVATE lockstep_ddp)
+target_link_libraries(ddp_equivalence PRIVATE lockstep_parallel CLI11::CLI11)
 
 set(DDP_RUN $<TARGET_FILE:lockstep-run>)
 set(DDP_MPIRUN ${PROJECT_SOURCE_DIR}/scripts/mpirun.sh)
@@ -15,7 +15,7 @@ foreach(np 1 2 3)
       ENVIRONMENT "LOCKSTEP_BACKEND=${backend};LOCKSTEP_TIMEOUT_S=60" TIMEOUT 180
       LABELS "multiprocess;ddp")
   endforeach()
-  if(LOCKSTEP_WITH_MPI AND EXISTS ${DDP_MPIRUN})
+  if(LOCKSTEP_HAVE_MPI)
     add_test(NAME ddp_equivalence_mpi_np${np}
              COMMAND ${DDP_MPIRUN} -np ${np} $<TARGET_FILE:ddp_equivalence>)
     set_tests_properties(ddp_equivalence_mpi_np${np} PROPERTIES

@@ -9,15 +9,16 @@
 //   --mismatch: rank r>0 builds a different model; every rank must raise
 //               ModelMismatch naming the parameter.
 // Runs standalone under lockstep-run / mpirun; prints "N passed, M failed".
-#include <lockstep/ddp/ddp.h>
 #include <lockstep/lockstep.h>
+#include <lockstep/parallel/ddp/ddp.h>
 
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 
 namespace {
 
@@ -39,7 +40,7 @@ struct Mlp : torch::nn::Module {
     fc2 = register_module("fc2", torch::nn::Linear(32, 32));
     fc3 = register_module("fc3", torch::nn::Linear(32, 3));
   }
-  torch::Tensor forward(torch::Tensor x, int64_t) {
+  torch::Tensor forward(const torch::Tensor& x, int64_t) {
     return fc3(torch::tanh(fc2(torch::relu(fc1(x)))));
   }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
@@ -51,7 +52,7 @@ struct ConvBn : torch::nn::Module {
     bn = register_module("bn", torch::nn::BatchNorm2d(4));
     fc = register_module("fc", torch::nn::Linear(4 * 4 * 4, 3));
   }
-  torch::Tensor forward(torch::Tensor x, int64_t) {
+  torch::Tensor forward(const torch::Tensor& x, int64_t) {
     auto h = torch::max_pool2d(torch::relu(bn(conv(x.view({-1, 2, 8, 8})))), 2);
     return fc(h.flatten(1));
   }
@@ -67,7 +68,7 @@ struct Branchy : torch::nn::Module {
     head_b = register_module("head_b", torch::nn::Linear(16, 3));
     late = register_module("late", torch::nn::Linear(16, 3));
   }
-  torch::Tensor forward(torch::Tensor x, int64_t v) {
+  torch::Tensor forward(const torch::Tensor& x, int64_t v) {
     auto h = torch::relu(trunk(x));
     auto out = head_a(h);
     if (v & 1) out = out + head_b(h);
@@ -84,8 +85,8 @@ struct Case {
   at::ScalarType dtype = at::kDouble;
   bool adamw = false;
   int steps = 4;
-  int accum = 1;             // micro-batches per step (all but the last under no_sync)
-  int64_t batch = 4;         // per rank, per micro-batch
+  int accum = 1;                     // micro-batches per step (all but the last under no_sync)
+  int64_t batch = 4;                 // per rank, per micro-batch
   bool per_chunk_reference = false;  // reference sums per-rank chunk losses (BN, branches)
   double tol = 1e-10;
   lockstep::DDPOptions options;
@@ -105,8 +106,9 @@ double tol_for(const Case& c) { return c.adamw && c.tol < 1e-8 ? 1e-8 : c.tol; }
 std::unique_ptr<torch::optim::Optimizer> make_opt(const Case& c, std::vector<torch::Tensor> ps) {
   if (c.adamw)
     return std::make_unique<torch::optim::AdamW>(
-        ps, torch::optim::AdamWOptions(1e-2).weight_decay(0.05));
-  return std::make_unique<torch::optim::SGD>(ps, torch::optim::SGDOptions(0.1).momentum(0.9));
+        std::move(ps), torch::optim::AdamWOptions(1e-2).weight_decay(0.05));
+  return std::make_unique<torch::optim::SGD>(std::move(ps),
+                                             torch::optim::SGDOptions(0.1).momentum(0.9));
 }
 
 double max_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
@@ -144,7 +146,8 @@ void run_case(const std::shared_ptr<lockstep::ProcessGroup>& pg, const Case& c) 
     for (int m = 0; m < c.accum; ++m) {
       // The full batch of P*B samples, identical on every rank.
       torch::manual_seed(77 + 31 * s + m);
-      auto x = torch::randn({P * B, 128}, c.dtype).narrow(1, 0, std::is_same_v<Net, ConvBn> ? 128 : 6);
+      auto x =
+          torch::randn({P * B, 128}, c.dtype).narrow(1, 0, std::is_same_v<Net, ConvBn> ? 128 : 6);
       auto y = torch::randn({P * B, 3}, c.dtype);
       // DDP: this rank's slice. Loss scaled by 1/accum by the user's choice.
       {
@@ -205,9 +208,11 @@ void run_case(const std::shared_ptr<lockstep::ProcessGroup>& pg, const Case& c) 
     report(tag + " buffers(rank0)", max_diff(model->buffers(), ref->buffers()), tol_for(c));
   const auto& st = ddp.last_step_stats();
   if (r == 0)
-    std::printf("rank 0 %s stats: steps %lld, buckets %lld, bytes %lld, backward %.2f ms, exposed comm %.2f ms\n",
-                tag.c_str(), (long long)st.step, (long long)st.buckets, (long long)st.bytes_sent,
-                st.backward_s * 1e3, st.exposed_comm_s * 1e3);
+    std::printf(
+        "rank 0 %s stats: steps %lld, buckets %lld, bytes %lld, backward %.2f ms, exposed comm "
+        "%.2f ms\n",
+        tag.c_str(), (long long)st.step, (long long)st.buckets, (long long)st.bytes_sent,
+        st.backward_s * 1e3, st.exposed_comm_s * 1e3);
 }
 
 void run_all(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
@@ -311,9 +316,9 @@ void run_mismatch(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
   } catch (const lockstep::ddp::ModelMismatch& e) {
     const std::string msg = e.what();
     std::printf("rank %d got: %s\n", pg->rank(), msg.c_str());
-    const bool ok = msg.find("fc2.weight") != std::string::npos &&
-                    msg.find("rank 1") != std::string::npos &&
-                    msg.find("[3,8]") != std::string::npos && msg.find("[4,8]") != std::string::npos;
+    const bool ok =
+        msg.find("fc2.weight") != std::string::npos && msg.find("rank 1") != std::string::npos &&
+        msg.find("[3,8]") != std::string::npos && msg.find("[4,8]") != std::string::npos;
     report("mismatch names fc2.weight, both shapes and ranks", ok ? 0 : 1, 0);
   }
 }
@@ -321,11 +326,23 @@ void run_mismatch(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{
+      "ddp_equivalence: DDP over P ranks against one process on the whole batch "
+      "(run under lockstep-run or mpirun)"};
+  bool mismatch = false;
+  app.add_flag("--mismatch", mismatch,
+               "instead: rank r>0 builds a different model; every rank must raise ModelMismatch");
+  app.failure_message(CLI::FailureMessage::help);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a bad command line: message, usage, 2
+  }
   try {
     auto pg = lockstep::init();
     g_rank = pg->rank();
     torch::set_num_threads(1);  // P ranks share few cores
-    if (argc > 1 && std::strcmp(argv[1], "--mismatch") == 0)
+    if (mismatch)
       run_mismatch(pg);
     else
       run_all(pg);

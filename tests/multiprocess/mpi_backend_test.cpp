@@ -1,4 +1,4 @@
-// MPI backend test, run under MPI (not registered with CTest yet):
+// MPI backend test, run under MPI (ctest runs its failure modes when built with MPI):
 //   scripts/mpirun.sh -np N ./mpi_backend_test MODE        N = 1..4
 // MODE: all (every op x dtype x size 0/1/1000/2^20, closed-form values; two groups at once),
 // mismatch (recv of the wrong size), timeout (one rank skips a barrier: Timeout after 2 s),
@@ -6,22 +6,31 @@
 // chunk (run with LOCKSTEP_MPI_MAX_COUNT=1000 and `-x LOCKSTEP_MPI_MAX_COUNT`).
 // Drives the Backend directly from a non-main thread, as a ProcessGroup does.
 
-#include "comm/backends.h"
 #include <lockstep/error.h>
+#include "comm/backends/factories.h"
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <thread>
-#include <algorithm>
 
 using namespace lockstep;
 using namespace lockstep::comm;
 
 static int failures = 0;
-#define EXPECT(c, ...) do { if (!(c)) { ++failures; std::fprintf(stderr, "FAIL %s:%d %s ", __FILE__, __LINE__, #c); std::fprintf(stderr, __VA_ARGS__); std::fprintf(stderr, "\n"); } } while (0)
+#define EXPECT(c, ...)                                                \
+  do {                                                                \
+    if (!(c)) {                                                       \
+      ++failures;                                                     \
+      std::fprintf(stderr, "FAIL %s:%d %s ", __FILE__, __LINE__, #c); \
+      std::fprintf(stderr, __VA_ARGS__);                              \
+      std::fprintf(stderr, "\n");                                     \
+    }                                                                 \
+  } while (0)
 
 static LaunchEnv env_from_ompi() {
   LaunchEnv e;
@@ -31,9 +40,14 @@ static LaunchEnv env_from_ompi() {
   return e;
 }
 static uint64_t g_seq = 0;
-static OpContext mk(OpKind k, int64_t numel, at::ScalarType dt, double timeout_s = 60, int root = -1) {
+static OpContext mk(OpKind k, int64_t numel, at::ScalarType dt, double timeout_s = 60,
+                    int root = -1) {
   OpContext c;
-  c.desc.kind = k; c.desc.seq = ++g_seq; c.desc.numel = numel; c.desc.dtype = dt; c.desc.root = root;
+  c.desc.kind = k;
+  c.desc.seq = ++g_seq;
+  c.desc.numel = numel;
+  c.desc.dtype = dt;
+  c.desc.root = root;
   c.start = Clock::now();
   c.timeout = Millis(int64_t(timeout_s * 1000));
   c.deadline = c.start + c.timeout;
@@ -44,68 +58,125 @@ static bool same(const at::Tensor& got, const at::Tensor& want) {
   return got.to(at::kDouble).equal(want.to(at::kDouble));
 }
 
-static const at::ScalarType kTypes[] = {at::kFloat, at::kDouble, at::kInt, at::kLong, at::kByte, at::kBFloat16, at::kHalf};
+static const at::ScalarType kTypes[] = {at::kFloat, at::kDouble,   at::kInt, at::kLong,
+                                        at::kByte,  at::kBFloat16, at::kHalf};
 
 static void test_all(Backend& b) {
   const int P = b.size(), R = b.rank();
   const int64_t sizes[] = {0, 1, 1000, 1 << 20};
-  for (auto dt : kTypes) for (int64_t n : sizes) {
-    auto i = torch::arange(n, torch::kLong);
-    std::string tag = dtype_name(dt) + " n=" + std::to_string(n);
-    // allreduce sum/max/min
-    { auto t = ((R + 1) + i % 7).to(dt); auto c = mk(OpKind::Allreduce, n, dt); b.allreduce(t, ReduceOp::Sum, c);
-      EXPECT(same(t, P * (P + 1) / 2 + P * (i % 7)), "allreduce sum %s", tag.c_str()); }
-    { auto t = (R + i % 5).to(dt); auto c = mk(OpKind::Allreduce, n, dt); b.allreduce(t, ReduceOp::Max, c);
-      EXPECT(same(t, (P - 1) + i % 5), "allreduce max %s", tag.c_str()); }
-    { auto t = (R + i % 5).to(dt); auto c = mk(OpKind::Allreduce, n, dt); b.allreduce(t, ReduceOp::Min, c);
-      EXPECT(same(t, i % 5), "allreduce min %s", tag.c_str()); }
-    // broadcast from the last rank
-    { int root = P - 1; auto t = (R == root ? i % 11 : torch::full({n}, 3, torch::kLong)).to(dt);
-      auto c = mk(OpKind::Broadcast, n, dt, 60, root); b.broadcast(t, root, c);
-      EXPECT(same(t, i % 11), "broadcast %s", tag.c_str()); }
-    // allgather
-    { auto in = (R * 10 + i % 3).to(dt); auto out = torch::full({P * n}, 77, torch::kLong).to(dt);
-      auto c = mk(OpKind::Allgather, n, dt); b.allgather(out, in, c);
-      auto j = torch::arange(P * n, torch::kLong);
-      EXPECT(same(out, (n ? j.div(std::max<int64_t>(n, 1), "floor") * 10 + (j % std::max<int64_t>(n,1)) % 3 : j)), "allgather %s", tag.c_str()); }
-    // reduce_scatter sum and max
-    { auto j = torch::arange(P * n, torch::kLong); auto in = (R + j % 13).to(dt); auto out = torch::full({n}, 99, torch::kLong).to(dt);
-      auto c = mk(OpKind::ReduceScatter, n, dt); b.reduce_scatter(out, in, ReduceOp::Sum, c);
-      EXPECT(same(out, P * (P - 1) / 2 + P * ((R * n + i) % 13)), "reduce_scatter sum %s", tag.c_str());
-      auto c2 = mk(OpKind::ReduceScatter, n, dt); b.reduce_scatter(out, in, ReduceOp::Max, c2);
-      EXPECT(same(out, (P - 1) + ((R * n + i) % 13)), "reduce_scatter max %s", tag.c_str()); }
-    // alltoall
-    { auto j = torch::arange(P * n, torch::kLong); auto in = (R * 16 + j % 16).to(dt); auto out = torch::full({P * n}, 5, torch::kLong).to(dt);
-      auto c = mk(OpKind::Alltoall, n, dt); b.alltoall(out, in, c);
-      auto src = n ? j.div(n, "floor") : j; auto off = n ? j % n : j;
-      EXPECT(same(out, src * 16 + (R * n + off) % 16), "alltoall %s", tag.c_str()); }
-    // send/recv ring (even ranks send first)
-    if (P > 1) {
-      int dst = (R + 1) % P, src = (R + P - 1) % P;
-      auto s = (R * 3 + i % 9).to(dt); auto r = torch::full({n}, 1, torch::kLong).to(dt);
-      auto cs = mk(OpKind::Send, n, dt, 60, dst); auto cr = mk(OpKind::Recv, n, dt, 60, src);
-      if (R % 2 == 0) { b.send(s, dst, 7, cs); b.recv(r, src, 7, cr); } else { b.recv(r, src, 7, cr); b.send(s, dst, 7, cs); }
-      EXPECT(same(r, src * 3 + i % 9), "sendrecv %s", tag.c_str());
+  for (auto dt : kTypes)
+    for (int64_t n : sizes) {
+      auto i = torch::arange(n, torch::kLong);
+      std::string tag = dtype_name(dt) + " n=" + std::to_string(n);
+      // allreduce sum/max/min
+      {
+        auto t = ((R + 1) + i % 7).to(dt);
+        auto c = mk(OpKind::Allreduce, n, dt);
+        b.allreduce(t, ReduceOp::Sum, c);
+        EXPECT(same(t, P * (P + 1) / 2 + P * (i % 7)), "allreduce sum %s", tag.c_str());
+      }
+      {
+        auto t = (R + i % 5).to(dt);
+        auto c = mk(OpKind::Allreduce, n, dt);
+        b.allreduce(t, ReduceOp::Max, c);
+        EXPECT(same(t, (P - 1) + i % 5), "allreduce max %s", tag.c_str());
+      }
+      {
+        auto t = (R + i % 5).to(dt);
+        auto c = mk(OpKind::Allreduce, n, dt);
+        b.allreduce(t, ReduceOp::Min, c);
+        EXPECT(same(t, i % 5), "allreduce min %s", tag.c_str());
+      }
+      // broadcast from the last rank
+      {
+        int root = P - 1;
+        auto t = (R == root ? i % 11 : torch::full({n}, 3, torch::kLong)).to(dt);
+        auto c = mk(OpKind::Broadcast, n, dt, 60, root);
+        b.broadcast(t, root, c);
+        EXPECT(same(t, i % 11), "broadcast %s", tag.c_str());
+      }
+      // allgather
+      {
+        auto in = (R * 10 + i % 3).to(dt);
+        auto out = torch::full({P * n}, 77, torch::kLong).to(dt);
+        auto c = mk(OpKind::Allgather, n, dt);
+        b.allgather(out, in, c);
+        auto j = torch::arange(P * n, torch::kLong);
+        EXPECT(same(out, (n ? j.div(std::max<int64_t>(n, 1), "floor") * 10 +
+                                  (j % std::max<int64_t>(n, 1)) % 3
+                            : j)),
+               "allgather %s", tag.c_str());
+      }
+      // reduce_scatter sum and max
+      {
+        auto j = torch::arange(P * n, torch::kLong);
+        auto in = (R + j % 13).to(dt);
+        auto out = torch::full({n}, 99, torch::kLong).to(dt);
+        auto c = mk(OpKind::ReduceScatter, n, dt);
+        b.reduce_scatter(out, in, ReduceOp::Sum, c);
+        EXPECT(same(out, P * (P - 1) / 2 + P * ((R * n + i) % 13)), "reduce_scatter sum %s",
+               tag.c_str());
+        auto c2 = mk(OpKind::ReduceScatter, n, dt);
+        b.reduce_scatter(out, in, ReduceOp::Max, c2);
+        EXPECT(same(out, (P - 1) + ((R * n + i) % 13)), "reduce_scatter max %s", tag.c_str());
+      }
+      // alltoall
+      {
+        auto j = torch::arange(P * n, torch::kLong);
+        auto in = (R * 16 + j % 16).to(dt);
+        auto out = torch::full({P * n}, 5, torch::kLong).to(dt);
+        auto c = mk(OpKind::Alltoall, n, dt);
+        b.alltoall(out, in, c);
+        auto src = n ? j.div(n, "floor") : j;
+        auto off = n ? j % n : j;
+        EXPECT(same(out, src * 16 + (R * n + off) % 16), "alltoall %s", tag.c_str());
+      }
+      // send/recv ring (even ranks send first)
+      if (P > 1) {
+        int dst = (R + 1) % P, src = (R + P - 1) % P;
+        auto s = (R * 3 + i % 9).to(dt);
+        auto r = torch::full({n}, 1, torch::kLong).to(dt);
+        auto cs = mk(OpKind::Send, n, dt, 60, dst);
+        auto cr = mk(OpKind::Recv, n, dt, 60, src);
+        if (R % 2 == 0) {
+          b.send(s, dst, 7, cs);
+          b.recv(r, src, 7, cr);
+        } else {
+          b.recv(r, src, 7, cr);
+          b.send(s, dst, 7, cs);
+        }
+        EXPECT(same(r, src * 3 + i % 9), "sendrecv %s", tag.c_str());
+      }
+      auto c = mk(OpKind::Barrier, 0, at::kFloat);
+      b.barrier(c);
     }
-    auto c = mk(OpKind::Barrier, 0, at::kFloat); b.barrier(c);
-  }
 }
 
 static void test_mismatch(Backend& b) {
   const int R = b.rank();
   if (b.size() < 2) return;
   if (R == 0) {
-    auto s = torch::ones({10}); auto c = mk(OpKind::Send, 10, at::kFloat, 10, 1); b.send(s, 1, 3, c);
-    auto s2 = torch::ones({20}); auto c2 = mk(OpKind::Send, 20, at::kFloat, 10, 1); b.send(s2, 1, 4, c2);
+    auto s = torch::ones({10});
+    auto c = mk(OpKind::Send, 10, at::kFloat, 10, 1);
+    b.send(s, 1, 3, c);
+    auto s2 = torch::ones({20});
+    auto c2 = mk(OpKind::Send, 20, at::kFloat, 10, 1);
+    b.send(s2, 1, 4, c2);
   } else if (R == 1) {
     for (int k = 0; k < 2; ++k) {
-      auto r = torch::zeros({k == 0 ? 20 : 10}); auto c = mk(OpKind::Recv, r.numel(), at::kFloat, 10, 0);
-      try { b.recv(r, 0, 3 + k, c); EXPECT(false, "recv %d should have failed", k); }
-      catch (const CommError& e) { EXPECT(e.kind() == CommError::Kind::Mismatch, "kind %s", CommError::kind_name(e.kind()));
-        std::printf("rank 1 mismatch %s: %s\n", k == 0 ? "(short)" : "(long)", e.what()); }
+      auto r = torch::zeros({k == 0 ? 20 : 10});
+      auto c = mk(OpKind::Recv, r.numel(), at::kFloat, 10, 0);
+      try {
+        b.recv(r, 0, 3 + k, c);
+        EXPECT(false, "recv %d should have failed", k);
+      } catch (const CommError& e) {
+        EXPECT(e.kind() == CommError::Kind::Mismatch, "kind %s", CommError::kind_name(e.kind()));
+        std::printf("rank 1 mismatch %s: %s\n", k == 0 ? "(short)" : "(long)", e.what());
+      }
     }
   }
-  auto c = mk(OpKind::Barrier, 0, at::kFloat); b.barrier(c);
+  auto c = mk(OpKind::Barrier, 0, at::kFloat);
+  b.barrier(c);
 }
 
 // Rank 0 runs `op` alone with a 2 s timeout (built by mk); it must raise Timeout on time.
@@ -114,8 +185,10 @@ static void expect_timeout_alone(Backend& b, const char* what,
   if (b.size() == 1) return;
   if (b.rank() == 0) {
     auto t0 = Clock::now();
-    try { op(2.0); EXPECT(false, "%s should time out", what); }
-    catch (const CommError& e) {
+    try {
+      op(2.0);
+      EXPECT(false, "%s should time out", what);
+    } catch (const CommError& e) {
       double el = std::chrono::duration<double>(Clock::now() - t0).count();
       EXPECT(e.kind() == CommError::Kind::Timeout, "kind %s", CommError::kind_name(e.kind()));
       EXPECT(el >= 1.99 && el < 2.5, "elapsed %.3f", el);
@@ -145,17 +218,23 @@ static void test_ring_timeout(Backend& b) {
 
 static void test_abort(Backend& b) {
   if (b.rank() == 0) {
-    std::thread killer([&] { std::this_thread::sleep_for(std::chrono::milliseconds(500)); b.abort(); });
+    std::thread killer([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      b.abort();
+    });
     auto c = mk(OpKind::Barrier, 0, at::kFloat, 30);
     auto t0 = Clock::now();
-    try { b.barrier(c); EXPECT(b.size() == 1, "barrier should abort"); }
-    catch (const CommError& e) {
+    try {
+      b.barrier(c);
+      EXPECT(b.size() == 1, "barrier should abort");
+    } catch (const CommError& e) {
       double el = std::chrono::duration<double>(Clock::now() - t0).count();
       EXPECT(e.kind() == CommError::Kind::Aborted, "kind %s", CommError::kind_name(e.kind()));
       std::printf("rank 0 aborted after %.3f s: %s\n", el, e.what());
     }
     killer.join();
-  } else std::this_thread::sleep_for(std::chrono::seconds(1));
+  } else
+    std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
 static void test_chunk(Backend& b) {  // run with LOCKSTEP_MPI_MAX_COUNT=1000
@@ -163,40 +242,66 @@ static void test_chunk(Backend& b) {  // run with LOCKSTEP_MPI_MAX_COUNT=1000
   const int64_t n = (1 << 20) + 17;
   auto i = torch::arange(n, torch::kLong);
   for (auto dt : {at::kFloat, at::kBFloat16}) {
-    auto t = ((R + 1) + i % 7).to(dt); auto c = mk(OpKind::Allreduce, n, dt); b.allreduce(t, ReduceOp::Sum, c);
+    auto t = ((R + 1) + i % 7).to(dt);
+    auto c = mk(OpKind::Allreduce, n, dt);
+    b.allreduce(t, ReduceOp::Sum, c);
     EXPECT(same(t, P * (P + 1) / 2 + P * (i % 7)), "chunked allreduce");
-    auto bt = (R == 0 ? i % 11 : i * 0).to(dt); auto cb = mk(OpKind::Broadcast, n, dt, 60, 0); b.broadcast(bt, 0, cb);
+    auto bt = (R == 0 ? i % 11 : i * 0).to(dt);
+    auto cb = mk(OpKind::Broadcast, n, dt, 60, 0);
+    b.broadcast(bt, 0, cb);
     EXPECT(same(bt, i % 11), "chunked bcast");
   }
   if (P > 1) {
-    auto s = (i % 9).to(at::kFloat); auto r = torch::zeros({n});
-    if (R == 0) { auto c = mk(OpKind::Send, n, at::kFloat, 60, 1); b.send(s, 1, 1, c); }
-    if (R == 1) { auto c = mk(OpKind::Recv, n, at::kFloat, 60, 0); b.recv(r, 0, 1, c); EXPECT(same(r, i % 9), "chunked p2p"); }
+    auto s = (i % 9).to(at::kFloat);
+    auto r = torch::zeros({n});
+    if (R == 0) {
+      auto c = mk(OpKind::Send, n, at::kFloat, 60, 1);
+      b.send(s, 1, 1, c);
+    }
+    if (R == 1) {
+      auto c = mk(OpKind::Recv, n, at::kFloat, 60, 0);
+      b.recv(r, 0, 1, c);
+      EXPECT(same(r, i % 9), "chunked p2p");
+    }
   }
-  auto in = torch::zeros({2000}); auto out = torch::zeros({2000 * P});
+  auto in = torch::zeros({2000});
+  auto out = torch::zeros({int64_t{2000} * P});
   auto c = mk(OpKind::Allgather, 2000, at::kFloat);
-  try { b.allgather(out, in, c); EXPECT(false, "should reject"); }
-  catch (const CommError& e) { if (R == 0) std::printf("large allgather rejected: %s\n", e.what()); }
+  try {
+    b.allgather(out, in, c);
+    EXPECT(false, "should reject");
+  } catch (const CommError& e) {
+    if (R == 0) std::printf("large allgather rejected: %s\n", e.what());
+  }
 }
 
 static void test_bench(Backend& b) {
-  const int P = b.size(); const int64_t n = 16 << 20;  // 64 MiB float32
+  const int P = b.size();
+  const int64_t n = 16 << 20;  // 64 MiB float32
   auto t = torch::ones({n});
-  MPI_Comm comm; MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   for (int mode = 0; mode < 2; ++mode) {
     std::vector<double> ts;
     for (int it = 0; it < 12; ++it) {
       MPI_Barrier(comm);
       auto t0 = Clock::now();
-      if (mode == 0) MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), n, MPI_FLOAT, MPI_SUM, comm);
-      else { auto c = mk(OpKind::Allreduce, n, at::kFloat); b.allreduce(t, ReduceOp::Sum, c); }
+      if (mode == 0)
+        MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), n, MPI_FLOAT, MPI_SUM, comm);
+      else {
+        auto c = mk(OpKind::Allreduce, n, at::kFloat);
+        b.allreduce(t, ReduceOp::Sum, c);
+      }
       double s = std::chrono::duration<double>(Clock::now() - t0).count();
       if (it >= 2) ts.push_back(s);
     }
-    std::sort(ts.begin(), ts.end()); double med = ts[ts.size() / 2];
+    std::sort(ts.begin(), ts.end());
+    double med = ts[ts.size() / 2];
     double bus = 2.0 * (P - 1) / P * n * 4 / med / 1e9;
-    if (b.rank() == 0) std::printf("%s 64MiB f32 P=%d: median %.2f ms, bus bw %.2f GB/s, algbw %.2f GB/s\n",
-        mode == 0 ? "MPI_Allreduce (blocking)" : "lockstep mpi backend (ring+poll)", P, med * 1e3, bus, n * 4 / med / 1e9);
+    if (b.rank() == 0)
+      std::printf("%s 64MiB f32 P=%d: median %.2f ms, bus bw %.2f GB/s, algbw %.2f GB/s\n",
+                  mode == 0 ? "MPI_Allreduce (blocking)" : "lockstep mpi backend (ring+poll)", P,
+                  med * 1e3, bus, n * 4 / med / 1e9);
   }
   MPI_Comm_free(&comm);
 }
@@ -206,38 +311,74 @@ static void test_two_groups(Backend& a, Backend& b2) {
   auto body = [&](Backend& b, int salt) {
     for (int k = 0; k < 50; ++k) {
       auto t = torch::full({1000}, b.rank() + salt, torch::kFloat);
-      OpContext c; c.desc.kind = OpKind::Allreduce; c.desc.numel = 1000; c.start = Clock::now(); c.timeout = Millis(30000); c.deadline = c.start + c.timeout;
+      OpContext c;
+      c.desc.kind = OpKind::Allreduce;
+      c.desc.numel = 1000;
+      c.start = Clock::now();
+      c.timeout = Millis(30000);
+      c.deadline = c.start + c.timeout;
       b.allreduce(t, ReduceOp::Sum, c);
-      EXPECT(same(t, torch::full({1000}, P * (P - 1) / 2 + P * salt, torch::kLong)), "two groups salt %d", salt);
+      EXPECT(same(t, torch::full({1000}, P * (P - 1) / 2 + P * salt, torch::kLong)),
+             "two groups salt %d", salt);
     }
   };
   std::thread t1(body, std::ref(a), 1), t2(body, std::ref(b2), 100);
-  t1.join(); t2.join();
+  t1.join();
+  t2.join();
 }
 
 int main(int argc, char** argv) {
-  std::string mode = argc > 1 ? argv[1] : "all";
+  CLI::App app{"mpi_backend_test: the MPI backend driven directly (scripts/mpirun.sh -np N)"};
+  std::string mode = "all";
+  app.add_option("mode", mode, "what to test (see the top of mpi_backend_test.cpp)")
+      ->check(CLI::IsMember(
+          {"all", "mismatch", "timeout", "ring_timeout", "abort", "chunk", "badenv", "bench"}))
+      ->capture_default_str();
+  app.failure_message(CLI::FailureMessage::help);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a bad command line: message, usage, 2
+  }
   auto env = env_from_ompi();
   std::thread comm([&] {
     try {
       if (mode == "badenv") {
-        LaunchEnv e = env; e.world_size += 1;
-        try { make_mpi_backend(e, Millis(5000)); EXPECT(false, "bad env accepted"); }
-        catch (const ConfigError& x) { if (env.rank == 0) std::printf("badenv: %s\n", x.what()); }
+        LaunchEnv e = env;
+        e.world_size += 1;
+        try {
+          make_mpi_backend(e, Millis(5000));
+          EXPECT(false, "bad env accepted");
+        } catch (const ConfigError& x) {
+          if (env.rank == 0) std::printf("badenv: %s\n", x.what());
+        }
         std::printf("mpi_available=%d\n", (int)mpi_available());
         return;
       }
       auto b = make_mpi_backend(env, Millis(20000));
-      if (mode == "all") { test_all(*b); auto b2 = make_mpi_backend(env, Millis(20000)); test_two_groups(*b, *b2); }
-      else if (mode == "mismatch") test_mismatch(*b);
-      else if (mode == "timeout") test_timeout(*b);
-      else if (mode == "ring_timeout") test_ring_timeout(*b);
-      else if (mode == "abort") test_abort(*b);
-      else if (mode == "chunk") test_chunk(*b);
-      else if (mode == "bench") test_bench(*b);
-    } catch (const std::exception& e) { ++failures; std::fprintf(stderr, "rank %d EXCEPTION: %s\n", env.rank, e.what()); }
+      if (mode == "all") {
+        test_all(*b);
+        auto b2 = make_mpi_backend(env, Millis(20000));
+        test_two_groups(*b, *b2);
+      } else if (mode == "mismatch")
+        test_mismatch(*b);
+      else if (mode == "timeout")
+        test_timeout(*b);
+      else if (mode == "ring_timeout")
+        test_ring_timeout(*b);
+      else if (mode == "abort")
+        test_abort(*b);
+      else if (mode == "chunk")
+        test_chunk(*b);
+      else if (mode == "bench")
+        test_bench(*b);
+    } catch (const std::exception& e) {
+      ++failures;
+      std::fprintf(stderr, "rank %d EXCEPTION: %s\n", env.rank, e.what());
+    }
   });
   comm.join();
-  std::printf("rank %d/%d mode %s: %s (%d failures)\n", env.rank, env.world_size, mode.c_str(), failures ? "FAIL" : "OK", failures);
+  std::printf("rank %d/%d mode %s: %s (%d failures)\n", env.rank, env.world_size, mode.c_str(),
+              failures ? "FAIL" : "OK", failures);
   return failures ? 1 : 0;
 }

@@ -1,16 +1,26 @@
 # Tests of the trainer, the CTSM model and the event-log format. Included from tests/
 # (include(${PROJECT_SOURCE_DIR}/tests/train/train.cmake)) after GoogleTest is found.
-file(GLOB TRAIN_UNIT_TESTS CONFIGURE_DEPENDS
-  ${PROJECT_SOURCE_DIR}/tests/unit/test_train_*.cpp
+
+# The generic trainer's unit tests: no workload library (test_train_workload.cpp plugs in
+# its own), as a user's program would.
+file(GLOB TRAIN_UNIT_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/unit/test_train_*.cpp)
+add_executable(unit_train ${TRAIN_UNIT_TESTS})
+target_link_libraries(unit_train PRIVATE lockstep_train ZLIB::ZLIB GTest::gtest_main)
+gtest_discover_tests(unit_train TEST_PREFIX "unit_train." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 120)
+
+# The CTSM workload's own unit tests (model, event-log format, metrics, config).
+file(GLOB CTSM_UNIT_TESTS CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/tests/unit/test_events_*.cpp
   ${PROJECT_SOURCE_DIR}/tests/unit/test_ctsm_*.cpp)
-add_executable(unit_train ${TRAIN_UNIT_TESTS})
-target_link_libraries(unit_train PRIVATE lockstep_train GTest::gtest_main)
-gtest_discover_tests(unit_train DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 120)
+add_executable(unit_ctsm ${CTSM_UNIT_TESTS})
+target_link_libraries(unit_ctsm PRIVATE lockstep_ctsm GTest::gtest_main)
+# test_ctsm_config.cpp loads the shipped configs/ctsm-*.toml.
+target_compile_definitions(unit_ctsm PRIVATE LOCKSTEP_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+gtest_discover_tests(unit_ctsm TEST_PREFIX "unit_ctsm." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 120)
 
 # Reloads an exported model and scores the backtest period with it (used by train_e2e).
 add_executable(ctsm_score_exported ${PROJECT_SOURCE_DIR}/tests/train/score_exported.cpp)
-target_link_libraries(ctsm_score_exported PRIVATE lockstep_train)
+target_link_libraries(ctsm_score_exported PRIVATE lockstep_ctsm)
 
 set(TRAIN_TEST_ARGS $<TARGET_FILE:lockstep-run> $<TARGET_FILE:lockstep-train>
     $<TARGET_FILE:ctsm_score_exported> ${PROJECT_SOURCE_DIR})

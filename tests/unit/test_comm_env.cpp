@@ -1,23 +1,44 @@
-// LaunchEnv: reading torchrun, OpenMPI and Slurm environments; errors name the variable.
+// LaunchEnv: reading torchrun, OpenMPI and Slurm environments; errors name the variable;
+// what lockstep-run writes (rank_env) reads back as the same place in the job.
 #include <lockstep/comm/init.h>
+#include <lockstep/env_contract.h>
+#include <lockstep/launch/options.h>
+#include <lockstep/launch/rank_env.h>
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <initializer_list>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace {
 
 using lockstep::ConfigError;
 using lockstep::comm::LaunchEnv;
 
-const char* kVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                       "MASTER_PORT", "LOCKSTEP_LAUNCHER", "LOCKSTEP_JOB_ID",
-                       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                       "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "SLURM_PROCID", "SLURM_NTASKS",
-                       "SLURM_LOCALID", "SLURM_NNODES", "SLURM_NTASKS_PER_NODE", "SLURM_JOB_ID",
+const char* kVars[] = {"RANK",
+                       "WORLD_SIZE",
+                       "LOCAL_RANK",
+                       "LOCAL_WORLD_SIZE",
+                       "MASTER_ADDR",
+                       "MASTER_PORT",
+                       "LOCKSTEP_LAUNCHER",
+                       "LOCKSTEP_JOB_ID",
+                       "OMPI_COMM_WORLD_RANK",
+                       "OMPI_COMM_WORLD_SIZE",
+                       "OMPI_COMM_WORLD_LOCAL_RANK",
+                       "OMPI_COMM_WORLD_LOCAL_SIZE",
+                       "PMI_RANK",
+                       "SLURM_PROCID",
+                       "SLURM_NTASKS",
+                       "SLURM_LOCALID",
+                       "SLURM_NNODES",
+                       "SLURM_NTASKS_PER_NODE",
+                       "SLURM_JOB_ID",
                        "SLURM_LAUNCH_NODE_IPADDR"};
 
 class EnvTest : public ::testing::Test {
@@ -40,8 +61,12 @@ TEST_F(EnvTest, NoEnvironmentIsAWorldOfOne) {
 }
 
 TEST_F(EnvTest, TorchrunContract) {
-  set({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
-       {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "1234"}});
+  set({{"RANK", "3"},
+       {"WORLD_SIZE", "4"},
+       {"LOCAL_RANK", "1"},
+       {"LOCAL_WORLD_SIZE", "2"},
+       {"MASTER_ADDR", "node0"},
+       {"MASTER_PORT", "1234"}});
   auto e = LaunchEnv::from_environment();
   EXPECT_EQ(e.rank, 3);
   EXPECT_EQ(e.world_size, 4);
@@ -54,8 +79,10 @@ TEST_F(EnvTest, TorchrunContract) {
 }
 
 TEST_F(EnvTest, OpenMpiContract) {
-  set({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  set({{"OMPI_COMM_WORLD_RANK", "1"},
+       {"OMPI_COMM_WORLD_SIZE", "2"},
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
   auto e = LaunchEnv::from_environment();
   EXPECT_EQ(e.launcher, "mpirun");
   EXPECT_EQ(e.rank, 1);
@@ -64,8 +91,12 @@ TEST_F(EnvTest, OpenMpiContract) {
 }
 
 TEST_F(EnvTest, SlurmContract) {
-  set({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}, {"SLURM_NNODES", "2"},
-       {"SLURM_JOB_ID", "777"}, {"SLURM_LAUNCH_NODE_IPADDR", "10.1.2.3"}});
+  set({{"SLURM_PROCID", "5"},
+       {"SLURM_NTASKS", "8"},
+       {"SLURM_LOCALID", "1"},
+       {"SLURM_NNODES", "2"},
+       {"SLURM_JOB_ID", "777"},
+       {"SLURM_LAUNCH_NODE_IPADDR", "10.1.2.3"}});
   auto e = LaunchEnv::from_environment();
   EXPECT_EQ(e.launcher, "slurm");
   EXPECT_EQ(e.rank, 5);
@@ -74,6 +105,69 @@ TEST_F(EnvTest, SlurmContract) {
   EXPECT_EQ(e.master_addr, "10.1.2.3");
   EXPECT_EQ(e.job_id, "slurm-777");
   EXPECT_GE(e.master_port, 29500);
+}
+
+// Sets variables for one scope and restores what was there before (set or not).
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const std::map<std::string, std::string>& vars) {
+    for (const auto& [k, v] : vars) {
+      const char* old = std::getenv(k.c_str());
+      saved_.emplace_back(k, old ? std::optional<std::string>(old) : std::nullopt);
+      setenv(k.c_str(), v.c_str(), 1);
+    }
+  }
+  ~ScopedEnv() {
+    for (const auto& [k, v] : saved_) {
+      if (v)
+        setenv(k.c_str(), v->c_str(), 1);
+      else
+        unsetenv(k.c_str());
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+// The launcher's writer and comm's reader share the names of lockstep/env_contract.h;
+// this checks they also agree on the values: every rank of a launch reads back its own
+// place in the job, its node's shape, the rendezvous address and the job id.
+TEST_F(EnvTest, LauncherEnvironmentReadsBack) {
+  namespace launch = lockstep::launch;
+  struct Case {
+    std::vector<std::string> args;
+    bool single_node;
+  };
+  const Case cases[] = {
+      {{"--nproc-per-node", "1", "p"}, true},
+      {{"--nproc-per-node", "3", "--master-port", "4242", "p"}, true},
+      {{"--nnodes", "3", "--node-rank", "2", "--nproc-per-node", "4", "--master-addr", "node0",
+        "p"},
+       false},
+      {{"--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "p"}, false},
+  };
+  for (const Case& c : cases) {
+    const launch::LaunchOptions o = launch::parse_args(c.args);
+    const launch::GroupContext group{"host-123-456", o.master_port, 1};
+    for (int local = 0; local < o.nproc_per_node; ++local) {
+      SCOPED_TRACE(testing::Message() << "node " << o.node_rank << " of " << o.nnodes
+                                      << ", local rank " << local << " of " << o.nproc_per_node);
+      ScopedEnv scoped(launch::rank_env(o, local, group, {}));
+      const LaunchEnv e = LaunchEnv::from_environment();
+      EXPECT_EQ(e.rank, o.global_rank(local));
+      EXPECT_EQ(e.world_size, o.world_size());
+      EXPECT_EQ(e.local_rank, local);
+      EXPECT_EQ(e.local_world_size, o.nproc_per_node);
+      EXPECT_EQ(e.master_addr, o.master_addr);
+      EXPECT_EQ(e.master_port, o.master_port);
+      EXPECT_EQ(e.launcher, lockstep::env::kLauncherName);
+      EXPECT_EQ(e.job_id, group.job_id);
+      EXPECT_EQ(e.single_node(), c.single_node);
+    }
+  }
 }
 
 TEST_F(EnvTest, BadValuesNameTheVariable) {

@@ -1,7 +1,7 @@
 // ProcessGroup front end over scripted in-process backends: validation on the
 // caller's thread, ordering, avg, error context, broken groups, bounded waits.
-#include <algorithm>
 #include <lockstep/comm/process_group.h>
+#include <algorithm>
 
 #include "comm/validate.h"
 
@@ -101,8 +101,7 @@ TEST(ProcessGroup, AllreduceCoalescedIsOneCollectiveOverTheList) {
   EXPECT_THROW(pg.allreduce_coalesced({at::ones({2}), at::ones({2}, at::kDouble)}),
                InvalidArgument);
   EXPECT_THROW(pg.allreduce_coalesced({at::ones({2}), at::ones({3, 3}).t()}), InvalidArgument);
-  EXPECT_THROW(pg.allreduce_coalesced({at::ones({2}, at::kInt)}, {ReduceOp::Avg}),
-               InvalidArgument);
+  EXPECT_THROW(pg.allreduce_coalesced({at::ones({2}, at::kInt)}, {ReduceOp::Avg}), InvalidArgument);
 }
 
 TEST(ProcessGroup, ValidatesOnTheCallersThread) {
@@ -194,8 +193,10 @@ TEST(ProcessGroup, WaitRunsTheOpItselfOnlyOverABoundedBackend) {
     const long here = std::count(b.threads.begin(), b.threads.end(), me);
     ASSERT_EQ(b.order.size(), size_t(n));
     for (int i = 0; i < n; ++i) EXPECT_EQ(b.order[i], uint64_t(i + 1));  // still in order
-    if (bounded) EXPECT_GT(here, 0) << "the waiting thread never ran an op itself";
-    else EXPECT_EQ(here, 0) << "an op ran outside the comm thread over an unbounded backend";
+    if (bounded)
+      EXPECT_GT(here, 0) << "the waiting thread never ran an op itself";
+    else
+      EXPECT_EQ(here, 0) << "an op ran outside the comm thread over an unbounded backend";
   }
 }
 
@@ -257,4 +258,3 @@ TEST(ProcessGroup, DescriptorCheckNamesTheDifferingRank) {
 }
 
 }  // namespace
-

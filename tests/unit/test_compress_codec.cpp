@@ -35,7 +35,8 @@ std::vector<float> roundtrip(const std::vector<float>& x, const CodecOptions& o,
 }
 
 // Worst |y - x| / unit over buckets.
-double worst_ratio(const std::vector<float>& x, const std::vector<float>& y, const CodecOptions& o) {
+double worst_ratio(const std::vector<float>& x, const std::vector<float>& y,
+                   const CodecOptions& o) {
   double worst = 0;
   for (size_t s = 0; s < x.size(); s += size_t(o.bucket_size)) {
     const size_t e = std::min(x.size(), s + size_t(o.bucket_size));
@@ -44,8 +45,10 @@ double worst_ratio(const std::vector<float>& x, const std::vector<float>& y, con
     const double unit = unit_for(lo, hi, o.bits);
     for (size_t i = s; i < e; ++i) {
       const double err = std::fabs(double(y[i]) - double(x[i]));
-      if (unit == 0) EXPECT_EQ(err, 0.0) << "constant bucket must be exact";
-      else worst = std::max(worst, err / unit);
+      if (unit == 0)
+        EXPECT_EQ(err, 0.0) << "constant bucket must be exact";
+      else
+        worst = std::max(worst, err / unit);
     }
   }
   return worst;
@@ -57,14 +60,14 @@ TEST(CompressCodec, EncodedBytesClosedForm) {
   // n buckets * 8 bytes metadata + per bucket ceil(len/8)*bits code bytes, padded to 4.
   CodecOptions o{4, 128, true};
   EXPECT_EQ(encoded_bytes(0, o), 0);
-  EXPECT_EQ(encoded_bytes(1, o), 8 + 4 + 0);       // 8 meta + 4 code bytes (8 slots * 4 bits)
+  EXPECT_EQ(encoded_bytes(1, o), 8 + 4 + 0);  // 8 meta + 4 code bytes (8 slots * 4 bits)
   EXPECT_EQ(encoded_bytes(128, o), 8 + 64);
   EXPECT_EQ(encoded_bytes(129, o), 16 + 64 + 4);
   o.bits = 3;
-  EXPECT_EQ(encoded_bytes(127, o), 8 + 48);         // ceil(127/8)=16 groups * 3 bytes
-  EXPECT_EQ(encoded_bytes(9, o), 8 + 6 + 2);        // 14 -> padded to 16
+  EXPECT_EQ(encoded_bytes(127, o), 8 + 48);   // ceil(127/8)=16 groups * 3 bytes
+  EXPECT_EQ(encoded_bytes(9, o), 8 + 6 + 2);  // 14 -> padded to 16
   o = {1, 1, true};
-  EXPECT_EQ(encoded_bytes(3, o), 28);               // 3*8 meta + 3*1 code bytes = 27 -> 28
+  EXPECT_EQ(encoded_bytes(3, o), 28);  // 3*8 meta + 3*1 code bytes = 27 -> 28
   EXPECT_EQ(encoded_bytes(3, o) % 4, 0);
 }
 
@@ -100,8 +103,10 @@ TEST(CompressCodec, EightBitsCloseToLossless) {
   double worst = 0, range = 0;
   for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, double(std::fabs(y[i] - x[i])));
   for (float v : x) range = std::max(range, double(std::fabs(v)));
-  std::printf("8 bits nearest: max abs err %.3g, max |x| %.3g (relative %.3g, bound 1/510 of bucket range)\n",
-              worst, range, worst / range);
+  std::printf(
+      "8 bits nearest: max abs err %.3g, max |x| %.3g (relative %.3g, bound 1/510 of bucket "
+      "range)\n",
+      worst, range, worst / range);
   EXPECT_LT(worst / range, 2.0 / 255);
 }
 
@@ -127,7 +132,8 @@ TEST(CompressCodec, UnbiasedAndVarianceBound) {
     double worst_z = 0, worst_var = 0;
     for (int64_t b = 0; b < n; b += 128) {
       float lo = x[size_t(b)], hi = lo;
-      for (int64_t i = b; i < b + 128; ++i) lo = std::min(lo, x[size_t(i)]), hi = std::max(hi, x[size_t(i)]);
+      for (int64_t i = b; i < b + 128; ++i)
+        lo = std::min(lo, x[size_t(i)]), hi = std::max(hi, x[size_t(i)]);
       const double unit = unit_for(lo, hi, bits);
       for (int64_t i = b; i < b + 128; ++i) {
         const double mean = sum[size_t(i)] / K;
@@ -137,8 +143,10 @@ TEST(CompressCodec, UnbiasedAndVarianceBound) {
         worst_var = std::max(worst_var, var / (unit * unit / 4));
       }
     }
-    std::printf("bits %d: worst |mean err| = %.2f sigma-bounds (limit 5), worst var/(unit^2/4) = %.3f (limit 1)\n",
-                bits, worst_z, worst_var);
+    std::printf(
+        "bits %d: worst |mean err| = %.2f sigma-bounds (limit 5), worst var/(unit^2/4) = %.3f "
+        "(limit 1)\n",
+        bits, worst_z, worst_var);
     EXPECT_LT(worst_z, 5.0);
     EXPECT_LT(worst_var, 1.05);  // sampling noise of the variance estimate
   }
@@ -189,8 +197,15 @@ TEST(CompressCodec, HalfAndBFloat16Inputs) {
     decode(a.data(), 5000, o, yf.data());
     for (size_t i = 0; i < x.size(); ++i) {
       float back;
-      if (dt == c10::kBFloat16) { c10::BFloat16 v; std::memcpy(&v, &out[i], 2); back = float(v); }
-      else { c10::Half v; std::memcpy(&v, &out[i], 2); back = float(v); }
+      if (dt == c10::kBFloat16) {
+        c10::BFloat16 v;
+        std::memcpy(&v, &out[i], 2);
+        back = float(v);
+      } else {
+        c10::Half v;
+        std::memcpy(&v, &out[i], 2);
+        back = float(v);
+      }
       ASSERT_NEAR(back, yf[i], std::fabs(yf[i]) * 1e-2 + 1e-7);
     }
   }
@@ -216,6 +231,8 @@ TEST(CompressCodec, NanAndInfAreMarked) {
 TEST(CompressCodec, RejectsBadOptions) {
   std::vector<float> x(10);
   std::vector<uint8_t> buf(1024);
-  EXPECT_THROW(encode(x.data(), 10, CodecOptions{9, 128, true}, {}, 0, buf.data()), lockstep::InvalidArgument);
-  EXPECT_THROW(encode(x.data(), 10, CodecOptions{4, 0, true}, {}, 0, buf.data()), lockstep::InvalidArgument);
+  EXPECT_THROW(encode(x.data(), 10, CodecOptions{9, 128, true}, {}, 0, buf.data()),
+               lockstep::InvalidArgument);
+  EXPECT_THROW(encode(x.data(), 10, CodecOptions{4, 0, true}, {}, 0, buf.data()),
+               lockstep::InvalidArgument);
 }

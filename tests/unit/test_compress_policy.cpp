@@ -48,8 +48,10 @@ TEST(CompressPolicy, EnvironmentOverrides) {
 
 TEST(CompressPolicy, BadEnvironmentNamesTheVariable) {
   for (auto [k, v] : std::vector<std::pair<std::string, std::string>>{
-           {"LOCKSTEP_COMPRESSION_BITS", "9"}, {"LOCKSTEP_COMPRESSION_BITS", "four"},
-           {"LOCKSTEP_COMPRESSION_BUCKET_SIZE", "0"}, {"LOCKSTEP_COMPRESSION_MIN_LAYER", "-1"},
+           {"LOCKSTEP_COMPRESSION_BITS", "9"},
+           {"LOCKSTEP_COMPRESSION_BITS", "four"},
+           {"LOCKSTEP_COMPRESSION_BUCKET_SIZE", "0"},
+           {"LOCKSTEP_COMPRESSION_MIN_LAYER", "-1"},
            {"LOCKSTEP_COMPRESSION_ERROR_FEEDBACK", "yes"}}) {
     EnvGuard g;
     g.set(k, v);
@@ -65,8 +67,10 @@ TEST(CompressPolicy, BadEnvironmentNamesTheVariable) {
 TEST(CompressPlan, PartsSplitOnBucketBoundariesAndCoverEverything) {
   QsgdOptions o;
   o.bucket_size = 128;
-  std::vector<LayerSpan> layers{{"a.weight", 0, 5000}, {"a.bias", 5000, 100},
-                                {"b.weight", 5100, 3001}, {"c.weight", 8101, 999}};
+  std::vector<LayerSpan> layers{{"a.weight", 0, 5000},
+                                {"a.bias", 5000, 100},
+                                {"b.weight", 5100, 3001},
+                                {"c.weight", 8101, 999}};
   for (int P = 1; P <= 4; ++P) {
     CompressedAllreduce plan(o, layers, 9100, P);
     int64_t covered = 0;

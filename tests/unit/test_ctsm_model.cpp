@@ -1,22 +1,22 @@
 // CTSM sees only strictly earlier events: a position's logit must not depend on its own
 // outcome, on outcomes at the same timestamp, or on anything later.
-#include <lockstep/models/ctsm.h>
+#include <ctsm/model.h>
 
 #include <gtest/gtest.h>
 
-using namespace lockstep;
-using namespace lockstep::models;
+using namespace ctsm;
 
 namespace {
 
-data::ClientHistory history() {
-  data::ClientHistory c;
-  auto ev = [](int64_t day, uint32_t item, data::EventType t, uint8_t fb = 0) {
-    return data::Event{day * 86400, item, t, fb, 0.5f};
+ClientHistory history() {
+  ClientHistory c;
+  auto ev = [](int64_t day, uint32_t item, EventType t, uint8_t fb = 0) {
+    return Event{day * 86400, item, t, fb, 0.5f};
   };
-  using T = data::EventType;
-  c.events = {ev(1, 3, T::Keep),   ev(1, 4, T::Return), ev(1, 5, T::Keep), ev(4, 0, T::Feedback, 4),
-              ev(20, 6, T::Return), ev(20, 7, T::Keep),  ev(40, 8, T::Keep), ev(40, 9, T::Return)};
+  using T = EventType;
+  c.events = {ev(1, 3, T::Keep),        ev(1, 4, T::Return),  ev(1, 5, T::Keep),
+              ev(4, 0, T::Feedback, 4), ev(20, 6, T::Return), ev(20, 7, T::Keep),
+              ev(40, 8, T::Keep),       ev(40, 9, T::Return)};
   return c;
 }
 
@@ -33,7 +33,7 @@ Ctsm tiny() {
   return m;
 }
 
-torch::Tensor logits_of(Ctsm& m, const data::ClientHistory& c) {
+torch::Tensor logits_of(Ctsm& m, const ClientHistory& c) {
   torch::NoGradGuard ng;
   auto b = collate({make_train_example(c, 1000 * 86400, 64)});
   return m->forward(b)[0];
@@ -46,9 +46,10 @@ TEST(Ctsm, OutcomesOnlyReachStrictlyLaterPositions) {
   const auto base = logits_of(m, history());
   // Flip the outcome of event 4 (day 20): positions at day <= 20 must not change, day 40 must.
   auto h = history();
-  h.events[4].type = data::EventType::Keep;
+  h.events[4].type = EventType::Keep;
   const auto flipped = logits_of(m, h);
-  for (int j = 0; j <= 5; ++j) EXPECT_EQ(base[j].item<float>(), flipped[j].item<float>()) << "position " << j;
+  for (int j = 0; j <= 5; ++j)
+    EXPECT_EQ(base[j].item<float>(), flipped[j].item<float>()) << "position " << j;
   EXPECT_NE(base[6].item<float>(), flipped[6].item<float>());
   EXPECT_NE(base[7].item<float>(), flipped[7].item<float>());
   // Feedback (day 4) is visible to day 20 but not to the day-1 shipment.
@@ -75,7 +76,7 @@ TEST(Ctsm, BacktestCandidatesSeeOnlyPreCutoffHistory) {
   auto b = collate({ex});
   const auto z1 = m->forward(b);
   // A candidate's hidden outcome cannot matter: it is not context and its type is hidden.
-  ex.positions[6].type = uint8_t(data::EventType::Return);
+  ex.positions[6].type = uint8_t(EventType::Return);
   const auto z2 = m->forward(collate({ex}));
   EXPECT_TRUE(torch::equal(z1, z2));
   EXPECT_EQ(b.type[0][6].item<int64_t>(), 0);
@@ -89,7 +90,8 @@ TEST(Ctsm, LossIsFiniteAndGradientsFlow) {
   loss.backward();
   EXPECT_TRUE(std::isfinite(loss.item<float>()));
   int64_t with_grad = 0;
-  for (auto& p : m->parameters()) with_grad += p.grad().defined() && p.grad().abs().sum().item<float>() > 0;
+  for (auto& p : m->parameters())
+    with_grad += p.grad().defined() && p.grad().abs().sum().item<float>() > 0;
   EXPECT_GT(with_grad, 10);
 }
 

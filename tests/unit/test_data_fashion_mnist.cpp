@@ -6,11 +6,11 @@
 #include <torch/torch.h>
 #include <zlib.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 using lockstep::data::DataError;
 using lockstep::data::FashionMnist;
@@ -31,7 +31,7 @@ std::vector<uint8_t> be32(uint32_t v) {
 }
 
 // An idx ubyte file: magic 00 00 08 ndims, dims, payload (pixel = index % 251).
-std::vector<uint8_t> idx_bytes(std::vector<uint32_t> dims, uint32_t magic = 0) {
+std::vector<uint8_t> idx_bytes(const std::vector<uint32_t>& dims, uint32_t magic = 0) {
   std::vector<uint8_t> b = be32(magic ? magic : 0x0800u | uint32_t(dims.size()));
   size_t n = 1;
   for (uint32_t d : dims) {

@@ -2,6 +2,7 @@
 // counts match PyTorch's, the permutation is the same on every rank and changes with
 // the epoch, and it drives libtorch's make_data_loader.
 #include <lockstep/data/distributed_sampler.h>
+#include <lockstep/error.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -19,7 +20,7 @@ std::vector<std::vector<size_t>> shares(size_t n, int world, DistributedSamplerO
                                         uint64_t epoch = 0) {
   std::vector<std::vector<size_t>> out;
   for (int r = 0; r < world; ++r) {
-    DistributedSampler s(n, r, world, o);
+    DistributedSampler s(n, world, r, o);
     s.set_epoch(epoch);
     out.push_back(s.indices());
   }
@@ -73,9 +74,9 @@ TEST_P(SamplerSizes, DisjointAndCovering) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, SamplerSizes,
-                         ::testing::Combine(::testing::Values<size_t>(0, 1, 2, 3, 10, 11, 100, 1001),
-                                            ::testing::Values(1, 2, 3, 4),
-                                            ::testing::Bool()));
+                         ::testing::Combine(::testing::Values<size_t>(0, 1, 2, 3, 10, 11, 100,
+                                                                      1001),
+                                            ::testing::Values(1, 2, 3, 4), ::testing::Bool()));
 
 TEST(DistributedSampler, PaddingWrapsAroundLikePyTorch) {
   // n=10, world=4, no shuffle: padded list 0..9,0,1; rank r takes r, r+4, r+8.
@@ -104,14 +105,14 @@ TEST(DistributedSampler, SamePermutationOnEveryRank) {
   // And independently of construction order / other samplers' use of any RNG.
   torch::manual_seed(123);
   (void)torch::rand({10});
-  DistributedSampler again(n, 2, world, {.seed = 42});
+  DistributedSampler again(n, world, 2, {.seed = 42});
   again.set_epoch(3);
   EXPECT_EQ(again.indices(), sh[2]);
 }
 
 TEST(DistributedSampler, PermutationChangesWithEpochAndSeed) {
   const size_t n = 500;
-  DistributedSampler s(n, 0, 2, {.seed = 1});
+  DistributedSampler s(n, 2, 0, {.seed = 1});
   s.set_epoch(0);
   auto e0 = s.indices();
   s.set_epoch(1);
@@ -119,7 +120,7 @@ TEST(DistributedSampler, PermutationChangesWithEpochAndSeed) {
   EXPECT_NE(e0, e1);
   s.set_epoch(0);
   EXPECT_EQ(s.indices(), e0);  // deterministic
-  DistributedSampler other(n, 0, 2, {.seed = 2});
+  DistributedSampler other(n, 2, 0, {.seed = 2});
   EXPECT_NE(other.indices(), e0);
   // Actually shuffled, and a real permutation.
   auto p = lockstep::data::epoch_permutation(n, 1, 0);
@@ -134,7 +135,7 @@ TEST(DistributedSampler, PermutationChangesWithEpochAndSeed) {
 }
 
 TEST(DistributedSampler, NextYieldsIndicesInBatches) {
-  DistributedSampler s(103, 1, 2, {.seed = 5});
+  DistributedSampler s(103, 2, 1, {.seed = 5});
   auto all = drain(s, 10);
   EXPECT_EQ(all, s.indices());
   EXPECT_EQ(all.size(), 52u);
@@ -147,7 +148,7 @@ TEST(DistributedSampler, NextYieldsIndicesInBatches) {
 }
 
 TEST(DistributedSampler, SaveAndLoadResumeMidEpoch) {
-  DistributedSampler s(100, 0, 2, {.seed = 9});
+  DistributedSampler s(100, 2, 0, {.seed = 9});
   s.set_epoch(4);
   s.reset();
   auto first = s.next(20).value();
@@ -157,7 +158,7 @@ TEST(DistributedSampler, SaveAndLoadResumeMidEpoch) {
   out.save_to(buf);
   auto rest = drain(s, 7);
 
-  DistributedSampler t(100, 0, 2, {.seed = 9});
+  DistributedSampler t(100, 2, 0, {.seed = 9});
   torch::serialize::InputArchive in;
   in.load_from(buf);
   t.load(in);
@@ -165,7 +166,7 @@ TEST(DistributedSampler, SaveAndLoadResumeMidEpoch) {
   EXPECT_EQ(drain(t, 7), rest);
 
   // A sampler of another world size refuses the archive.
-  DistributedSampler u(100, 0, 4, {.seed = 9});
+  DistributedSampler u(100, 4, 0, {.seed = 9});
   buf.clear();
   buf.seekg(0);
   torch::serialize::InputArchive in2;
@@ -175,8 +176,18 @@ TEST(DistributedSampler, SaveAndLoadResumeMidEpoch) {
 
 TEST(DistributedSampler, RejectsBadRank) {
   EXPECT_THROW(DistributedSampler(10, 2, 2), lockstep::InvalidArgument);
-  EXPECT_THROW(DistributedSampler(10, -1, 2), lockstep::InvalidArgument);
+  EXPECT_THROW(DistributedSampler(10, 2, -1), lockstep::InvalidArgument);
   EXPECT_THROW(DistributedSampler(10, 0, 0), lockstep::InvalidArgument);
+}
+
+TEST(DistributedSampler, ArgumentsInPyTorchsOrder) {
+  // (dataset size, num_replicas, rank), as torch.utils.data.DistributedSampler.
+  DistributedSampler s(10, 4, 1, {.shuffle = false});
+  EXPECT_EQ(s.world_size(), 4);
+  EXPECT_EQ(s.rank(), 1);
+  EXPECT_EQ(s.indices(), (std::vector<size_t>{1, 5, 9}));
+  // A valid pair written the other way round (rank 1 of 3) is never valid in this order.
+  EXPECT_THROW(DistributedSampler(10, 1, 3), lockstep::InvalidArgument);
 }
 
 namespace {
@@ -197,17 +208,18 @@ TEST(DistributedSampler, DrivesMakeDataLoaderAndFollowsSetEpoch) {
   std::multiset<int64_t> seen;
   std::vector<std::vector<int64_t>> epoch0(world), epoch1(world);
   for (int r = 0; r < world; ++r) {
-    DistributedSampler sampler(n, r, world, {.seed = 3});
-    auto loader = torch::data::make_data_loader(
-        Iota(n).map(torch::data::transforms::Stack<>()), sampler,
-        torch::data::DataLoaderOptions().batch_size(16));
+    DistributedSampler sampler(n, world, r, {.seed = 3});
+    auto loader =
+        torch::data::make_data_loader(Iota(n).map(torch::data::transforms::Stack<>()), sampler,
+                                      torch::data::DataLoaderOptions().batch_size(16));
     for (int e = 0; e < 2; ++e) {
       sampler.set_epoch(e);  // reaches the loader's copy
       std::vector<int64_t> got;
       for (auto& batch : *loader) {
         EXPECT_LE(batch.data.size(0), 16);
         EXPECT_TRUE(torch::equal(batch.data, batch.target));
-        for (int64_t k = 0; k < batch.data.size(0); ++k) got.push_back(batch.data[k].item<int64_t>());
+        for (int64_t k = 0; k < batch.data.size(0); ++k)
+          got.push_back(batch.data[k].item<int64_t>());
       }
       const auto idx = sampler.indices();
       std::vector<int64_t> want(idx.begin(), idx.end());

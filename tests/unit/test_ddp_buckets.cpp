@@ -1,6 +1,6 @@
 // Bucket assignment: sizes, smaller first bucket, reverse order, dtype separation.
-#include <lockstep/ddp/bucket_assignment.h>
 #include <lockstep/error.h>
+#include <lockstep/parallel/ddp/bucket_assignment.h>
 
 #include <gtest/gtest.h>
 
@@ -20,7 +20,8 @@ TEST(DdpBuckets, FirstBucketSmallerThenCap) {
   // 10 float params of 100 elements = 400 bytes each.
   std::vector<int64_t> numels(10, 100);
   std::vector<at::ScalarType> dtypes(10, at::kFloat);
-  auto b = compute_bucket_assignment(numels, dtypes, reversed(10), /*first=*/400, /*cap=*/1200);
+  auto b = compute_bucket_assignment(numels, dtypes, reversed(10),
+                                     /*first_bucket_bytes=*/400, /*bucket_cap_bytes=*/1200);
   ASSERT_EQ(b.size(), 4u);  // 1 + 3 + 3 + 3
   EXPECT_EQ(b[0].params, (std::vector<int64_t>{9}));
   EXPECT_EQ(b[1].params, (std::vector<int64_t>{8, 7, 6}));

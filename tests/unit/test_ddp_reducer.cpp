@@ -1,7 +1,7 @@
 // DDP on a world of 1 (lockstep::init() with no launcher environment): hooks,
 // rebuild, no_sync, unused parameters, comm hooks, error propagation, stats.
-#include <lockstep/ddp/ddp.h>
 #include <lockstep/lockstep.h>
+#include <lockstep/parallel/ddp/ddp.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -14,7 +14,7 @@ struct Mlp : torch::nn::Module {
     fc2 = register_module("fc2", torch::nn::Linear(16, 4));
     extra = register_parameter("extra", torch::ones({3}));
   }
-  torch::Tensor forward(torch::Tensor x, bool use_extra = true) {
+  torch::Tensor forward(const torch::Tensor& x, bool use_extra = true) {
     auto y = fc2(torch::relu(fc1(x)));
     if (use_extra) y = y + extra.sum();
     return y;
@@ -82,7 +82,8 @@ TEST(DdpWorld1, GradientsMatchPlainBackward) {
 TEST(DdpWorld1, ModuleHolderDeduction) {
   torch::nn::Linear lin(4, 2);
   lockstep::DistributedDataParallel ddp(lin, world());
-  static_assert(std::is_same_v<decltype(ddp), lockstep::DistributedDataParallel<torch::nn::LinearImpl>>);
+  static_assert(
+      std::is_same_v<decltype(ddp), lockstep::DistributedDataParallel<torch::nn::LinearImpl>>);
   auto y = ddp(torch::randn({3, 4}));
   y.sum().backward();
   EXPECT_TRUE(lin->weight.grad().defined());
@@ -191,7 +192,8 @@ TEST(DdpWorld1, GradientAsBucketView) {
 }
 
 TEST(DdpWorld1, CompressionHooksKeepAverage) {
-  for (auto hook : {lockstep::ddp::hooks::bf16_compress_hook(), lockstep::ddp::hooks::fp16_compress_hook()}) {
+  for (const auto& hook :
+       {lockstep::ddp::hooks::bf16_compress_hook(), lockstep::ddp::hooks::fp16_compress_hook()}) {
     torch::manual_seed(5);
     auto model = std::make_shared<Mlp>();
     lockstep::DistributedDataParallel ddp(model, world());
@@ -217,7 +219,8 @@ TEST(DdpWorld1, HookSeesNamesAndLayout) {
     return lockstep::ddp::hooks::allreduce_hook()(g, b);
   });
   ddp(torch::randn({2, 8})).sum().backward();
-  EXPECT_EQ(seen, (std::vector<std::string>{"fc2.bias", "fc2.weight", "fc1.bias", "fc1.weight", "extra"}));
+  EXPECT_EQ(seen, (std::vector<std::string>{"fc2.bias", "fc2.weight", "fc1.bias", "fc1.weight",
+                                            "extra"}));
 }
 
 TEST(DdpWorld1, FailedCollectivePropagatesOutOfBackward) {

@@ -1,8 +1,9 @@
 // The event-log format: round trip, generator determinism, partitioning without
-// duplicates, and errors that name the file and record for corrupt/truncated shards.
-#include <lockstep/data/events_generator.h>
-#include <lockstep/data/events_shard_reader.h>
-#include <lockstep/data/events_stream.h>
+// duplicates, and errors in lockstep::data::DataError's style for corrupt/truncated
+// shards: the file, the record, its byte offset, and what was expected there.
+#include <ctsm/events_generator.h>
+#include <ctsm/events_shard_reader.h>
+#include <ctsm/events_stream.h>
 
 #include <gtest/gtest.h>
 
@@ -11,12 +12,14 @@
 #include <set>
 
 namespace fs = std::filesystem;
-using namespace lockstep::data;
+using namespace ctsm;
 
 namespace {
 
 std::string temp_dir(const std::string& name) {
-  const std::string d = (fs::temp_directory_path() / ("lockstep_events_" + name + "_" + std::to_string(::getpid()))).string();
+  const std::string d =
+      (fs::temp_directory_path() / ("lockstep_events_" + name + "_" + std::to_string(::getpid())))
+          .string();
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -60,7 +63,9 @@ TEST(EventsFormat, RoundTripAndDeterminism) {
         EXPECT_EQ(c->events[k].item_id, want.events[k].item_id);
         EXPECT_EQ(c->events[k].type, want.events[k].type);
         EXPECT_EQ(c->events[k].p_true, want.events[k].p_true);
-        if (k) EXPECT_LE(c->events[k - 1].time_s, c->events[k].time_s);
+        if (k) {
+          EXPECT_LE(c->events[k - 1].time_s, c->events[k].time_s);
+        }
       }
     }
   }
@@ -101,7 +106,8 @@ TEST(EventsFormat, CorruptRecordNamesFileAndRecord) {
       in.seekg(std::streamoff(offset));
       uint8_t len[4];
       in.read(reinterpret_cast<char*>(len), 4);
-      offset += 8 + (uint32_t(len[0]) | uint32_t(len[1]) << 8 | uint32_t(len[2]) << 16 | uint32_t(len[3]) << 24);
+      offset += 8 + (uint32_t(len[0]) | uint32_t(len[1]) << 8 | uint32_t(len[2]) << 16 |
+                     uint32_t(len[3]) << 24);
     }
   }
   {
@@ -116,9 +122,14 @@ TEST(EventsFormat, CorruptRecordNamesFileAndRecord) {
     FAIL() << "no error";
   } catch (const EventsFormatError& e) {
     const std::string m = e.what();
-    EXPECT_NE(m.find(path), std::string::npos) << m;
-    EXPECT_NE(m.find("record 5 of 57"), std::string::npos) << m;
-    EXPECT_NE(m.find("CRC32"), std::string::npos) << m;
+    EXPECT_EQ(m.rfind(path + ": ", 0), 0u) << m;
+    EXPECT_NE(m.find("record 5 of 57 at byte offset " + std::to_string(offset)), std::string::npos)
+        << m;
+    EXPECT_NE(m.find("CRC32 mismatch: stored 0x"), std::string::npos) << m;
+    EXPECT_NE(m.find(", computed 0x"), std::string::npos) << m;
+    EXPECT_EQ(e.kind(), lockstep::data::DataError::Kind::Mismatch);
+    EXPECT_EQ(e.path(), path);
+    EXPECT_EQ(e.offset(), int64_t(offset));
   }
 }
 
@@ -135,17 +146,52 @@ TEST(EventsFormat, TruncatedShardNamesFileAndRecord) {
   } catch (const EventsFormatError& e) {
     const std::string m = e.what();
     EXPECT_EQ(n, 56u);
-    EXPECT_NE(m.find(path), std::string::npos) << m;
-    EXPECT_NE(m.find("record 56 of 57"), std::string::npos) << m;
-    EXPECT_NE(m.find("truncated"), std::string::npos) << m;
+    EXPECT_EQ(m.rfind(path + ": ", 0), 0u) << m;
+    EXPECT_NE(m.find("record 56 of 57 at byte offset "), std::string::npos) << m;
+    // The file ends 30 bytes early, inside the last record's payload: says where, and
+    // where the payload should have ended.
+    const uint64_t size = fs::file_size(path);
+    EXPECT_NE(m.find("truncated at byte " + std::to_string(size)), std::string::npos) << m;
+    EXPECT_NE(m.find("to end at byte " + std::to_string(size + 30)), std::string::npos) << m;
+    EXPECT_EQ(e.kind(), lockstep::data::DataError::Kind::Truncated);
+    EXPECT_EQ(e.path(), path);
+    EXPECT_GT(e.offset(), int64_t(kEventsHeaderBytes));
   }
 }
 
 TEST(EventsFormat, BadMagicAndMissingShard) {
   const std::string d = temp_dir("magic");
-  { std::ofstream(d + "/events-00000-of-00002.lse") << std::string(64, 'x'); }
-  EXPECT_THROW(EventShardReader(d + "/events-00000-of-00002.lse"), EventsFormatError);
-  EXPECT_THROW(EventStream::list_shards(d + "/nothing"), EventsFormatError);
+  const std::string bad = d + "/events-00000-of-00002.lse";
+  { std::ofstream(bad) << std::string(64, 'x'); }
+  EXPECT_THROW(EventShardReader{bad}, EventsFormatError);
+  try {
+    EventShardReader r(bad);
+  } catch (const EventsFormatError& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(e.kind(), lockstep::data::DataError::Kind::BadMagic);
+    EXPECT_NE(m.find(bad + ": bad magic \"xxxxxxxx\" at byte offset 0, expected \"LSEVENTS\""),
+              std::string::npos)
+        << m;
+  }
+  { std::ofstream(d + "/short.lse") << std::string(10, 'x'); }
+  try {
+    EventShardReader r(d + "/short.lse");
+    ADD_FAILURE() << "no error";
+  } catch (const EventsFormatError& e) {
+    EXPECT_EQ(e.kind(), lockstep::data::DataError::Kind::Truncated);
+    EXPECT_NE(std::string(e.what()).find("truncated at byte 10 of the 64-byte shard header"),
+              std::string::npos)
+        << e.what();
+  }
+  // A DataError like any other reader's: a program can catch the base class.
+  EXPECT_THROW(EventShardReader{d + "/missing.lse"}, lockstep::data::DataError);
+  try {
+    EventStream::list_shards(d + "/nothing");
+    ADD_FAILURE() << "no error";
+  } catch (const EventsFormatError& e) {
+    EXPECT_EQ(e.kind(), lockstep::data::DataError::Kind::NotFound);
+    EXPECT_EQ(e.path(), d + "/nothing");
+  }
   { std::ofstream(d + "/events-00002-of-00003.lse") << "x"; }
   EXPECT_THROW(EventStream::list_shards(d), EventsFormatError);
 }

@@ -68,7 +68,8 @@ TEST(LaunchArgs, TorchrunUnderscoreAliases) {
 }
 
 TEST(LaunchArgs, OptionsEndAtProgramOrDoubleDash) {
-  LaunchOptions o = parse_args({"--nproc-per-node", "2", "./train", "--nproc-per-node", "9", "--lr=3"});
+  LaunchOptions o =
+      parse_args({"--nproc-per-node", "2", "./train", "--nproc-per-node", "9", "--lr=3"});
   EXPECT_EQ(o.nproc_per_node, 2);
   EXPECT_EQ(o.program, (Args{"./train", "--nproc-per-node", "9", "--lr=3"}));
   o = parse_args({"--", "--weird-program-name", "x"});
@@ -84,18 +85,49 @@ TEST(LaunchArgs, Help) {
 TEST(LaunchArgs, ErrorsNameTheFlag) {
   EXPECT_NE(usage_error({"--bogus", "prog"}).find("'--bogus'"), std::string::npos);
   EXPECT_NE(usage_error({"--bogus=1", "prog"}).find("'--bogus'"), std::string::npos);
-  EXPECT_NE(usage_error({"--nproc-per-node", "0", "p"}).find("--nproc-per-node expects a positive integer"),
+  EXPECT_NE(usage_error({"--nproc-per-node", "0", "p"})
+                .find("--nproc-per-node expects a positive integer"),
             std::string::npos);
   EXPECT_NE(usage_error({"--nproc-per-node", "2x", "p"}).find("got '2x'"), std::string::npos);
   EXPECT_NE(usage_error({"--nproc-per-node", "", "p"}).find("--nproc-per-node"), std::string::npos);
   EXPECT_NE(usage_error({"--master-port", "70000", "p"}).find("--master-port"), std::string::npos);
   EXPECT_NE(usage_error({"--master-port", "-1", "p"}).find("--master-port"), std::string::npos);
   EXPECT_NE(usage_error({"--grace-seconds", "-1", "p"}).find("--grace-seconds"), std::string::npos);
-  EXPECT_NE(usage_error({"--grace-seconds", "nan", "p"}).find("--grace-seconds"), std::string::npos);
+  EXPECT_NE(usage_error({"--grace-seconds", "nan", "p"}).find("--grace-seconds"),
+            std::string::npos);
   EXPECT_NE(usage_error({"--max-restarts", "-2", "p"}).find("--max-restarts"), std::string::npos);
-  EXPECT_NE(usage_error({"--nproc-per-node"}).find("--nproc-per-node requires a value"), std::string::npos);
-  EXPECT_NE(usage_error({"--nnodes", "2", "--node-rank", "2", "p"}).find("--node-rank"), std::string::npos);
+  EXPECT_NE(usage_error({"--nproc-per-node"}).find("--nproc-per-node requires a value"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--nnodes", "2", "--node-rank", "2", "p"}).find("--node-rank"),
+            std::string::npos);
   EXPECT_NE(usage_error({"--nproc-per-node", "2"}).find("missing PROGRAM"), std::string::npos);
+}
+
+TEST(LaunchArgs, RepeatedFlagsAreEachCheckedAndTheLastWins) {
+  EXPECT_EQ(parse_args({"--nproc-per-node", "2", "--nproc_per_node=3", "p"}).nproc_per_node, 3);
+  EXPECT_NE(usage_error({"--nproc-per-node", "0", "--nproc-per-node", "1", "p"}).find("got '0'"),
+            std::string::npos);
+}
+
+TEST(LaunchArgs, EmptyValueAfterEqualsIsAnEmptyValue) {
+  // Not the next argument: "--log-dir= prog" must not run nothing with logs in ./prog.
+  EXPECT_NE(usage_error({"--log-dir=", "prog"}).find("--log-dir expects a directory"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--nproc-per-node=", "2", "p"}).find("--nproc-per-node expects"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--master-addr="}).find("--master-addr"), std::string::npos);
+}
+
+TEST(LaunchArgs, UnknownOptionAnywhereAmongTheOptions) {
+  EXPECT_NE(usage_error({"--nproc-per-node", "2", "--bogus", "p"}).find("'--bogus'"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--bogus", "--nproc-per-node", "2", "p"}).find("'--bogus'"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"-x", "p"}).find("'-x'"), std::string::npos);
+  // "-" alone is no option: it is the program.
+  EXPECT_EQ(parse_args({"-", "a"}).program, (Args{"-", "a"}));
+  // A value may look like an option: it is the flag's value all the same.
+  EXPECT_EQ(parse_args({"--log-dir", "--", "p"}).log_dir, "--");
 }
 
 TEST(LaunchArgs, FreePortOnlyOnOneNode) {
@@ -152,7 +184,8 @@ TEST(LaunchEnv, MallocKeepsLargeTensorsInTheHeapUnlessTheUserTunesIt) {
   EXPECT_EQ(env.count("MALLOC_MMAP_MAX_"), 0u);
   EXPECT_EQ(env.count("MALLOC_TRIM_THRESHOLD_"), 0u);
   EXPECT_EQ(rank_env(o, 0, {"j", 1, 0}, {{"GLIBC_TUNABLES", "glibc.cpu.x86_shstk=on"}})
-                .count("MALLOC_MMAP_MAX_"), 1u);
+                .count("MALLOC_MMAP_MAX_"),
+            1u);
 }
 
 TEST(LaunchEnv, EnvpAndJobId) {

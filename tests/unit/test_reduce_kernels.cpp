@@ -25,10 +25,13 @@ struct Case {
 at::Tensor random_input(at::ScalarType t, int64_t n, int seed) {
   torch::manual_seed(seed);
   switch (t) {
-    case at::kByte: return torch::randint(0, 256, {n}, torch::kLong).to(t);  // Sum wraps
+    case at::kByte:
+      return torch::randint(0, 256, {n}, torch::kLong).to(t);  // Sum wraps
     case at::kInt:
-    case at::kLong: return torch::randint(-1000000, 1000000, {n}, torch::kLong).to(t);
-    default: return (torch::randn({n}, torch::kDouble) * 100).to(t);
+    case at::kLong:
+      return torch::randint(-1000000, 1000000, {n}, torch::kLong).to(t);
+    default:
+      return (torch::randn({n}, torch::kDouble) * 100).to(t);
   }
 }
 
@@ -37,9 +40,12 @@ at::Tensor reference(const std::vector<at::Tensor>& srcs, at::ScalarType t, Redu
   at::Tensor acc = half ? srcs[0].to(at::kFloat) : srcs[0].clone();
   for (size_t j = 1; j < srcs.size(); ++j) {
     at::Tensor s = half ? srcs[j].to(at::kFloat) : srcs[j];
-    if (op == ReduceOp::Sum) acc = acc + s;
-    else if (op == ReduceOp::Max) acc = torch::maximum(acc, s);
-    else acc = torch::minimum(acc, s);
+    if (op == ReduceOp::Sum)
+      acc = acc + s;
+    else if (op == ReduceOp::Max)
+      acc = torch::maximum(acc, s);
+    else
+      acc = torch::minimum(acc, s);
   }
   return acc.to(t);
 }
@@ -120,7 +126,8 @@ TEST(CopyStreaming, EveryAlignmentAndLength) {
         copy_streaming(dst.data() + d_off, src.data() + s_off, n);
         for (int i = 0; i < d_off; ++i) ASSERT_EQ(dst[i], 0xEE);
         for (int64_t i = 0; i < n; ++i)
-          ASSERT_EQ(dst[d_off + i], src[s_off + i]) << "d_off " << d_off << " n " << n << " i " << i;
+          ASSERT_EQ(dst[d_off + i], src[s_off + i])
+              << "d_off " << d_off << " n " << n << " i " << i;
         ASSERT_EQ(dst[d_off + n], 0xEE) << "wrote past the end, n " << n;
       }
     }

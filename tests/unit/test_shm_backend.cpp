@@ -6,12 +6,12 @@
 //
 // The parent process never touches libtorch's thread pools before forking, and
 // every child arms alarm() so a hang fails the test instead of stalling it.
-#include "comm/backends.h"
-#include "comm/shm/shm_backend.h"
+#include "comm/backends/factories.h"
+#include "comm/backends/shm/shm_backend.h"
 
 #include <gtest/gtest.h>
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 
 #include <dirent.h>
 #include <signal.h>
@@ -55,9 +55,9 @@ struct Rank {
 struct CheckFailed : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-#define CHILD_CHECK(cond, ...)                                                     \
-  do {                                                                             \
-    if (!(cond)) throw CheckFailed(detail::concat(#cond, " ", ##__VA_ARGS__));     \
+#define CHILD_CHECK(cond, ...)                                                 \
+  do {                                                                         \
+    if (!(cond)) throw CheckFailed(detail::concat(#cond, " ", ##__VA_ARGS__)); \
   } while (0)
 
 std::string unique_prefix(const char* test) {
@@ -279,7 +279,8 @@ int shared_mappings() {
   std::ifstream maps("/proc/self/maps");
   int n = 0;
   for (std::string line; std::getline(maps, line);)
-    n += line.find("/dev/shm/lockstep-") != std::string::npos && line.find("-r") != std::string::npos;
+    n += line.find("/dev/shm/lockstep-") != std::string::npos &&
+         line.find("-r") != std::string::npos;
   return n;
 }
 
@@ -289,42 +290,47 @@ TEST_P(ShmBackendP, SharedMemoryAllreduceInPlace) {
   // different places (rank 0 shifted) the staged one. Both exact, and nothing outside
   // the slice is written on any rank. Freeing the tensor unmaps every mapping.
   const int P = GetParam();
-  expect_all_ok(run_ranks(P, [](Rank& g) {
-    const int P = g.size;
-    const int64_t tri = P * (P + 1) / 2;
-    auto& be = static_cast<shm::ShmBackend&>(*g.be);
-    const int64_t n = (1 << 18) + 37, pad = 64;
-    for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
-      {
-        at::Tensor buf = be.alloc_shared(n + 2 * pad, dt, g.ctx(OpKind::AllocShared));
-        CHILD_CHECK(buf.defined() && buf.numel() == n + 2 * pad && buf.scalar_type() == dt);
-        CHILD_CHECK(shared_mappings() == P, shared_mappings(), " mappings for P=", P);
-        for (int64_t shift : {int64_t{0}, int64_t{7}}) {
-          for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg}) {
-            if (op == ReduceOp::Avg && dt != at::kFloat) continue;
-            const std::string where = detail::concat(reduce_op_name(op), " ", dtype_name(dt),
-                                                     " shift=", shift, " P=", P);
-            buf.fill_(-1);
-            g.be->barrier(g.ctx(OpKind::Barrier));  // no peer still writes into buf
-            at::Tensor t = buf.narrow(0, pad + (g.rank == 0 ? shift : 0), n);
-            t.copy_(pattern(n) * (g.rank + 1));
-            g.be->allreduce(t, op, g.ctx(OpKind::Allreduce));
-            const at::Tensor want = op == ReduceOp::Sum   ? pattern(n) * tri
-                                    : op == ReduceOp::Max ? pattern(n) * P
-                                                          : pattern(n).to(at::kFloat) * tri / P;
-            check_equal(t, want, "shared allreduce " + where);
-            const int64_t lo = pad + (g.rank == 0 ? shift : 0);
-            const at::Tensor outside = at::cat({buf.narrow(0, 0, lo), buf.narrow(0, lo + n, buf.numel() - lo - n)});
-            CHILD_CHECK((outside == -1).all().item<bool>(), "wrote outside the slice: ", where);
-            CHILD_CHECK(P == 1 || be.last_zero_copy() == (shift == 0), "zero copy ",
-                        be.last_zero_copy(), ": ", where);
+  expect_all_ok(run_ranks(
+      P,
+      [](Rank& g) {
+        const int P = g.size;
+        const int64_t tri = P * (P + 1) / 2;
+        auto& be = static_cast<shm::ShmBackend&>(*g.be);
+        const int64_t n = (1 << 18) + 37, pad = 64;
+        for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+          {
+            at::Tensor buf = be.alloc_shared(n + 2 * pad, dt, g.ctx(OpKind::AllocShared));
+            CHILD_CHECK(buf.defined() && buf.numel() == n + 2 * pad && buf.scalar_type() == dt);
+            CHILD_CHECK(shared_mappings() == P, shared_mappings(), " mappings for P=", P);
+            for (int64_t shift : {int64_t{0}, int64_t{7}}) {
+              for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg}) {
+                if (op == ReduceOp::Avg && dt != at::kFloat) continue;
+                const std::string where = detail::concat(reduce_op_name(op), " ", dtype_name(dt),
+                                                         " shift=", shift, " P=", P);
+                buf.fill_(-1);
+                g.be->barrier(g.ctx(OpKind::Barrier));  // no peer still writes into buf
+                at::Tensor t = buf.narrow(0, pad + (g.rank == 0 ? shift : 0), n);
+                t.copy_(pattern(n) * (g.rank + 1));
+                g.be->allreduce(t, op, g.ctx(OpKind::Allreduce));
+                const at::Tensor want = op == ReduceOp::Sum   ? pattern(n) * tri
+                                        : op == ReduceOp::Max ? pattern(n) * P
+                                                              : pattern(n).to(at::kFloat) * tri / P;
+                check_equal(t, want, "shared allreduce " + where);
+                const int64_t lo = pad + (g.rank == 0 ? shift : 0);
+                const at::Tensor outside =
+                    at::cat({buf.narrow(0, 0, lo), buf.narrow(0, lo + n, buf.numel() - lo - n)});
+                CHILD_CHECK((outside == -1).all().item<bool>(), "wrote outside the slice: ", where);
+                CHILD_CHECK(P == 1 || be.last_zero_copy() == (shift == 0), "zero copy ",
+                            be.last_zero_copy(), ": ", where);
+              }
+            }
           }
+          CHILD_CHECK(be.regions().live() == 0 && shared_mappings() == 0,
+                      "not unmapped: ", be.regions().live(), " live, ", shared_mappings(),
+                      " mapped");
         }
-      }
-      CHILD_CHECK(be.regions().live() == 0 && shared_mappings() == 0, "not unmapped: ",
-                  be.regions().live(), " live, ", shared_mappings(), " mapped");
-    }
-  }, "shared"));
+      },
+      "shared"));
 }
 
 TEST_P(ShmBackendP, SendRecv) { expect_all_ok(run_ranks(GetParam(), send_recv, "p2p")); }
@@ -343,122 +349,149 @@ CommError expect_comm_error(const std::function<void()>& fn, CommError::Kind kin
 }
 
 TEST(ShmBackendFaults, MismatchRaisesOnAllRanks) {
-  expect_all_ok(run_ranks(3, [](Rank& g) {
-    at::Tensor t = torch::ones({g.rank == 0 ? 1000 : 999}, torch::kFloat);
-    const CommError e = expect_comm_error(
-        [&] { g.be->allreduce(t, ReduceOp::Sum, g.ctx(OpKind::Allreduce)); },
-        CommError::Kind::Mismatch);
-    const std::string msg = e.what();
-    CHILD_CHECK(msg.find("rank 0 issued allreduce of 1000 float32 elements (sum), rank 1 issued "
-                         "allreduce of 999 float32 elements (sum)") !=
-                    std::string::npos,
-                msg);
-  }, "mismatch"));
+  expect_all_ok(run_ranks(
+      3,
+      [](Rank& g) {
+        at::Tensor t = torch::ones({g.rank == 0 ? 1000 : 999}, torch::kFloat);
+        const CommError e =
+            expect_comm_error([&] { g.be->allreduce(t, ReduceOp::Sum, g.ctx(OpKind::Allreduce)); },
+                              CommError::Kind::Mismatch);
+        const std::string msg = e.what();
+        CHILD_CHECK(
+            msg.find("rank 0 issued allreduce of 1000 float32 elements (sum), rank 1 issued "
+                     "allreduce of 999 float32 elements (sum)") != std::string::npos,
+            msg);
+      },
+      "mismatch"));
 }
 
 TEST(ShmBackendFaults, RecvTagMismatch) {
-  expect_all_ok(run_ranks(2, [](Rank& g) {
-    at::Tensor t = torch::ones({10}, torch::kFloat);
-    if (g.rank == 0) {
-      g.be->send(t, 1, 1, g.ctx(OpKind::Send));
-    } else {
-      expect_comm_error([&] { g.be->recv(t, 0, 2, g.ctx(OpKind::Recv)); },
-                        CommError::Kind::Mismatch);
-    }
-  }, "tag"));
+  expect_all_ok(run_ranks(
+      2,
+      [](Rank& g) {
+        at::Tensor t = torch::ones({10}, torch::kFloat);
+        if (g.rank == 0) {
+          g.be->send(t, 1, 1, g.ctx(OpKind::Send));
+        } else {
+          expect_comm_error([&] { g.be->recv(t, 0, 2, g.ctx(OpKind::Recv)); },
+                            CommError::Kind::Mismatch);
+        }
+      },
+      "tag"));
 }
 
 TEST(ShmBackendFaults, KilledPeerRaisesPeerGone) {
-  const auto status = run_ranks(3, [](Rank& g) {
-    at::Tensor t = torch::ones({1 << 16}, torch::kFloat);
-    g.be->allreduce(t, ReduceOp::Sum, g.ctx(OpKind::Allreduce));
-    if (g.rank == 2) ::raise(SIGKILL);
-    const Clock::time_point start = Clock::now();
-    const CommError e = expect_comm_error(
-        [&] { g.be->allreduce(t, ReduceOp::Sum, g.ctx(OpKind::Allreduce)); },
-        CommError::Kind::PeerGone);
-    const double s = std::chrono::duration<double>(Clock::now() - start).count();
-    CHILD_CHECK(e.context().peer == 2, "peer ", e.context().peer, ": ", e.what());
-    CHILD_CHECK(s < 5.0, "took ", s, " s of a 20 s timeout");
-  }, "kill");
+  const auto status = run_ranks(
+      3,
+      [](Rank& g) {
+        at::Tensor t = torch::ones({1 << 16}, torch::kFloat);
+        g.be->allreduce(t, ReduceOp::Sum, g.ctx(OpKind::Allreduce));
+        if (g.rank == 2) ::raise(SIGKILL);
+        const Clock::time_point start = Clock::now();
+        const CommError e =
+            expect_comm_error([&] { g.be->allreduce(t, ReduceOp::Sum, g.ctx(OpKind::Allreduce)); },
+                              CommError::Kind::PeerGone);
+        const double s = std::chrono::duration<double>(Clock::now() - start).count();
+        CHILD_CHECK(e.context().peer == 2, "peer ", e.context().peer, ": ", e.what());
+        CHILD_CHECK(s < 5.0, "took ", s, " s of a 20 s timeout");
+      },
+      "kill");
   ASSERT_EQ(status.size(), 3u);
   EXPECT_TRUE(WIFSIGNALED(status[2]) && WTERMSIG(status[2]) == SIGKILL);
   expect_all_ok({status[0], status[1]});
 }
 
 TEST(ShmBackendFaults, TimeoutIsPublishedToPeers) {
-  expect_all_ok(run_ranks(2, [](Rank& g) {
-    at::Tensor t = torch::ones({100}, torch::kFloat);
-    if (g.rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    const Clock::time_point start = Clock::now();
-    const CommError e = expect_comm_error(
-        [&] { g.be->allreduce(t, ReduceOp::Sum, g.ctx(OpKind::Allreduce, Millis(300))); },
-        CommError::Kind::Timeout);
-    const double s = std::chrono::duration<double>(Clock::now() - start).count();
-    CHILD_CHECK(s < 1.0, "took ", s, " s");
-    CHILD_CHECK(e.context().peer == 1 - g.rank, "peer ", e.context().peer, ": ", e.what());
-  }, "timeout"));
+  expect_all_ok(run_ranks(
+      2,
+      [](Rank& g) {
+        at::Tensor t = torch::ones({100}, torch::kFloat);
+        if (g.rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        const Clock::time_point start = Clock::now();
+        const CommError e = expect_comm_error(
+            [&] { g.be->allreduce(t, ReduceOp::Sum, g.ctx(OpKind::Allreduce, Millis(300))); },
+            CommError::Kind::Timeout);
+        const double s = std::chrono::duration<double>(Clock::now() - start).count();
+        CHILD_CHECK(s < 1.0, "took ", s, " s");
+        CHILD_CHECK(e.context().peer == 1 - g.rank, "peer ", e.context().peer, ": ", e.what());
+      },
+      "timeout"));
 }
 
 TEST(ShmBackendFaults, AbortWakesWaiters) {
-  expect_all_ok(run_ranks(2, [](Rank& g) {
-    at::Tensor t = torch::ones({100}, torch::kFloat);
-    if (g.rank == 0) {
-      std::thread killer([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        g.be->abort();
-      });
-      expect_comm_error([&] { g.be->allreduce(t, ReduceOp::Sum, g.ctx(OpKind::Allreduce)); },
-                        CommError::Kind::Aborted);
-      killer.join();
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      expect_comm_error([&] { g.be->barrier(g.ctx(OpKind::Barrier)); }, CommError::Kind::Aborted);
-    }
-  }, "abort"));
+  expect_all_ok(run_ranks(
+      2,
+      [](Rank& g) {
+        at::Tensor t = torch::ones({100}, torch::kFloat);
+        if (g.rank == 0) {
+          std::thread killer([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            g.be->abort();
+          });
+          expect_comm_error([&] { g.be->allreduce(t, ReduceOp::Sum, g.ctx(OpKind::Allreduce)); },
+                            CommError::Kind::Aborted);
+          killer.join();
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          expect_comm_error([&] { g.be->barrier(g.ctx(OpKind::Barrier)); },
+                            CommError::Kind::Aborted);
+        }
+      },
+      "abort"));
 }
 
 TEST(ShmBackendFaults, SharedAllocationSizeMismatch) {
-  expect_all_ok(run_ranks(2, [](Rank& g) {
-    const CommError e = expect_comm_error(
-        [&] { g.be->alloc_shared(g.rank == 0 ? 100 : 101, at::kFloat, g.ctx(OpKind::AllocShared)); },
-        CommError::Kind::Mismatch);
-    const std::string msg = e.what();
-    CHILD_CHECK(msg.find("alloc_shared of 100") != std::string::npos, msg);
-  }, "shared-mismatch"));
+  expect_all_ok(run_ranks(
+      2,
+      [](Rank& g) {
+        const CommError e = expect_comm_error(
+            [&] {
+              g.be->alloc_shared(g.rank == 0 ? 100 : 101, at::kFloat, g.ctx(OpKind::AllocShared));
+            },
+            CommError::Kind::Mismatch);
+        const std::string msg = e.what();
+        CHILD_CHECK(msg.find("alloc_shared of 100") != std::string::npos, msg);
+      },
+      "shared-mismatch"));
 }
 
 TEST(ShmBackendFaults, SharedAllocationTooLargeFallsBack) {
   // More than /dev/shm holds: every rank gets an undefined tensor (callers fall back to
   // private memory), nothing stays mapped, and the group goes on working.
-  expect_all_ok(run_ranks(2, [](Rank& g) {
-    auto& be = static_cast<shm::ShmBackend&>(*g.be);
-    at::Tensor t = be.alloc_shared(int64_t{1} << 40, at::kFloat, g.ctx(OpKind::AllocShared));
-    CHILD_CHECK(!t.defined(), "got ", t.numel(), " elements");
-    CHILD_CHECK(be.regions().live() == 0 && shared_mappings() == 0, "left mapped");
-    at::Tensor x = torch::ones({1000}, torch::kFloat);
-    g.be->allreduce(x, ReduceOp::Sum, g.ctx(OpKind::Allreduce));
-    CHILD_CHECK(x[0].item<float>() == 2.0f, "allreduce after: ", x[0].item<float>());
-  }, "shared-too-large"));
+  expect_all_ok(run_ranks(
+      2,
+      [](Rank& g) {
+        auto& be = static_cast<shm::ShmBackend&>(*g.be);
+        at::Tensor t = be.alloc_shared(int64_t{1} << 40, at::kFloat, g.ctx(OpKind::AllocShared));
+        CHILD_CHECK(!t.defined(), "got ", t.numel(), " elements");
+        CHILD_CHECK(be.regions().live() == 0 && shared_mappings() == 0, "left mapped");
+        at::Tensor x = torch::ones({1000}, torch::kFloat);
+        g.be->allreduce(x, ReduceOp::Sum, g.ctx(OpKind::Allreduce));
+        CHILD_CHECK(x[0].item<float>() == 2.0f, "allreduce after: ", x[0].item<float>());
+      },
+      "shared-too-large"));
 }
 
 TEST(ShmBackendFaults, SharedAllocationPeerDiesMidway) {
   // Rank 1 joins the size round, then dies: rank 0, which has created its object by
   // then, raises PeerGone from the vote and must not leave the object's name behind.
-  const auto status = run_ranks(2, [](Rank& g) {
-    auto& be = static_cast<shm::ShmBackend&>(*g.be);
-    if (g.rank == 1) {
-      be.begin(OpKind::AllocShared, 1 << 20, at::kFloat, ReduceOp::Sum, -1,
-               g.ctx(OpKind::AllocShared));
-      ::raise(SIGKILL);
-    }
-    const CommError e = expect_comm_error(
-        [&] { be.alloc_shared(1 << 20, at::kFloat, g.ctx(OpKind::AllocShared)); },
-        CommError::Kind::PeerGone);
-    const std::string name = "/dev/shm" + be.shm_name() + "-a0-r0";
-    CHILD_CHECK(::access(name.c_str(), F_OK) != 0, "left behind: ", name);
-    CHILD_CHECK(be.regions().live() == 0 && shared_mappings() == 0, "left mapped");
-  }, "shared-peer-dies");
+  const auto status = run_ranks(
+      2,
+      [](Rank& g) {
+        auto& be = static_cast<shm::ShmBackend&>(*g.be);
+        if (g.rank == 1) {
+          be.begin(OpKind::AllocShared, 1 << 20, at::kFloat, ReduceOp::Sum, -1,
+                   g.ctx(OpKind::AllocShared));
+          ::raise(SIGKILL);
+        }
+        const CommError e = expect_comm_error(
+            [&] { be.alloc_shared(1 << 20, at::kFloat, g.ctx(OpKind::AllocShared)); },
+            CommError::Kind::PeerGone);
+        const std::string name = "/dev/shm" + be.shm_name() + "-a0-r0";
+        CHILD_CHECK(::access(name.c_str(), F_OK) != 0, "left behind: ", name);
+        CHILD_CHECK(be.regions().live() == 0 && shared_mappings() == 0, "left mapped");
+      },
+      "shared-peer-dies");
   ASSERT_EQ(status.size(), 2u);
   EXPECT_TRUE(WIFSIGNALED(status[1]) && WTERMSIG(status[1]) == SIGKILL);
   expect_all_ok({status[0]});
@@ -466,7 +499,8 @@ TEST(ShmBackendFaults, SharedAllocationPeerDiesMidway) {
 
 // No segment may survive a finished group, nor the killed group of KilledPeer.
 TEST(ShmBackendZ, NoSegmentLeftBehind) {
-  expect_all_ok(run_ranks(2, [](Rank& g) { g.be->barrier(g.ctx(OpKind::Barrier)); }, "leak"));
+  expect_all_ok(run_ranks(
+      2, [](Rank& g) { g.be->barrier(g.ctx(OpKind::Barrier)); }, "leak"));
   const std::string mine = detail::concat("lockstep-", ::getuid(), "-");
   std::vector<std::string> left;
   if (DIR* d = ::opendir("/dev/shm")) {

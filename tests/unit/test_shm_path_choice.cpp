@@ -1,6 +1,6 @@
 // PathChooser: rank 0's choice between the shm allreduce's cached and streaming paths,
 // fed with made-up timings.
-#include "comm/shm/path_choice.h"
+#include "comm/backends/shm/path_choice.h"
 
 #include <lockstep/error.h>
 
@@ -101,8 +101,9 @@ TEST(ShmPathChoice, EnvironmentParsing) {
     path_mode_from_environment();
     ADD_FAILURE() << "LOCKSTEP_SHM_PATH=fast was accepted";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("LOCKSTEP_SHM_PATH=fast: expected auto, cached or streaming"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("LOCKSTEP_SHM_PATH=fast: expected auto, cached or streaming"),
+        std::string::npos)
         << e.what();
   }
   ::unsetenv("LOCKSTEP_SHM_PATH");

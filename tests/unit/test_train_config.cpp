@@ -1,26 +1,81 @@
-// Schema errors name the key and the file line; overrides go through the same schema.
+// Schema errors name the key and the file line; overrides go through the same schema;
+// a workload's own keys are checked by the same code and read the same way.
 #include <lockstep/train/config.h>
+#include <lockstep/train/config_schema.h>
 
 #include <gtest/gtest.h>
 
 using namespace lockstep::train;
 
 namespace {
+
+// A workload with one section of its own and one key in the shared [eval] section.
+class ToyConfigWorkload : public Workload {
+ public:
+  int64_t size = 10;
+  double scale = 1.0;
+  int64_t eval_repeats = 1;
+  std::string validated_source;
+
+  void declare_config(ConfigSchema& s) override {
+    s.i64("toy.size", size, 1, 1000);
+    s.f64("toy.scale", scale, 0);
+    s.i64("eval.repeats", eval_repeats, 1);
+  }
+  void validate_config(const std::string& source) override {
+    validated_source = source;
+    if (size == 13) throw lockstep::ConfigError(source + ": toy.size must not be 13");
+  }
+  std::vector<std::string> gate_metrics() const override { return {"accuracy", "f1"}; }
+  void prepare_data(const RunContext&) override {}
+  std::vector<int64_t> examples_per_rank(const RunContext& ctx) override {
+    return std::vector<int64_t>(ctx.world, 1);
+  }
+  std::shared_ptr<torch::nn::Module> build_model(const RunContext&) override { return nullptr; }
+  std::string model_name() const override { return "toy"; }
+  std::unique_ptr<BatchStream> train_batches(const RunContext&) override { return nullptr; }
+  torch::Tensor loss(const Batch&) override { return {}; }
+  EvalResult evaluate(const RunContext&) override { return {}; }
+  ExportResult export_model(const ExportInfo&) override { return {}; }
+};
+
+WorkloadRegistry registry() {
+  WorkloadRegistry r;
+  r.add("toy", [] { return std::make_unique<ToyConfigWorkload>(); });
+  return r;
+}
+
+LoadedConfig parse(const std::string& text, std::vector<std::string> ov = {}) {
+  return parse_config(text, "test.toml", registry(), ov);
+}
+
 std::string error_of(const std::string& text, std::vector<std::string> ov = {}) {
   try {
-    parse_config(text, "test.toml", ov);
+    parse(text, ov);
   } catch (const lockstep::ConfigError& e) {
     return e.what();
   }
   return "";
 }
+
+const ToyConfigWorkload& toy(const LoadedConfig& c) {
+  return dynamic_cast<const ToyConfigWorkload&>(*c.workload);
+}
+
 }  // namespace
 
 TEST(TrainConfig, Defaults) {
-  const TrainConfig c = parse_config("[optim]\nlr = 0.01\n", "test.toml");
+  const LoadedConfig l = parse("[optim]\nlr = 0.01\n");
+  const TrainConfig& c = l.config;
   EXPECT_EQ(c.optim.lr, 0.01);
   EXPECT_EQ(c.optim.name, "adamw");
+  EXPECT_EQ(c.run.workload, "toy");  // the only registered workload
+  EXPECT_EQ(c.run.name, "toy");
+  EXPECT_EQ(c.run.out_dir, "out/toy");
+  EXPECT_EQ(c.eval.metric, "accuracy");  // the workload's first gate metric
   EXPECT_EQ(c.checkpoint.dir, c.run.out_dir + "/checkpoints");
+  EXPECT_EQ(toy(l).size, 10);
+  EXPECT_EQ(toy(l).validated_source, "test.toml");
 }
 
 TEST(TrainConfig, UnknownKeyNamesKeyAndLine) {
@@ -34,6 +89,7 @@ TEST(TrainConfig, UnknownSection) {
   const std::string m = error_of("[run]\nname = \"x\"\n\n[optimizer]\nlr = 1.0\n");
   EXPECT_NE(m.find("test.toml:4:"), std::string::npos) << m;
   EXPECT_NE(m.find("'optimizer'"), std::string::npos) << m;
+  EXPECT_NE(m.find("toy"), std::string::npos) << m;  // the workload's sections are listed too
 }
 
 TEST(TrainConfig, WrongTypeNamesKeyAndLine) {
@@ -46,22 +102,80 @@ TEST(TrainConfig, WrongTypeNamesKeyAndLine) {
 }
 
 TEST(TrainConfig, BadEnumAndRange) {
-  EXPECT_NE(error_of("[optim]\nname = \"adam\"\n").find("is not one of: sgd, adamw"), std::string::npos);
+  EXPECT_NE(error_of("[optim]\nname = \"adam\"\n").find("is not one of: sgd, adamw"),
+            std::string::npos);
   EXPECT_NE(error_of("[train]\n\nbatch_size = 0\n").find("test.toml:3:"), std::string::npos);
 }
 
 TEST(TrainConfig, Overrides) {
-  const TrainConfig c = parse_config("[optim]\nlr = 0.01\n", "test.toml",
-                                     {"optim.lr=0.5", "run.out_dir=/tmp/x", "strategy.comm_hook=bf16"});
+  const LoadedConfig l = parse("[optim]\nlr = 0.01\n",
+                               {"optim.lr=0.5", "run.out_dir=/tmp/x", "strategy.comm_hook=bf16"});
+  const TrainConfig& c = l.config;
   EXPECT_EQ(c.optim.lr, 0.5);
   EXPECT_EQ(c.run.out_dir, "/tmp/x");
+  EXPECT_EQ(c.checkpoint.dir, "/tmp/x/checkpoints");
   EXPECT_EQ(c.strategy.comm_hook, "bf16");
   const std::string m = error_of("", {"optim.lrr=1"});
   EXPECT_NE(m.find("--set optim.lrr=1"), std::string::npos) << m;
-  EXPECT_NE(error_of("", {"train.epochs=many"}).find("'train.epochs' must be an integer"), std::string::npos);
+  EXPECT_NE(error_of("", {"train.epochs=many"}).find("'train.epochs' must be an integer"),
+            std::string::npos);
 }
 
 TEST(TrainConfig, SyntaxErrorHasLine) {
   const std::string m = error_of("[run]\nname = \n");
   EXPECT_NE(m.find("test.toml:2:"), std::string::npos) << m;
+}
+
+TEST(TrainConfig, WorkloadKeysAreCheckedLikeTheTrainers) {
+  const LoadedConfig l =
+      parse("[toy]\nsize = 20\nscale = 2\n\n[eval]\nmetric = \"f1\"\nrepeats = 3\n");
+  EXPECT_EQ(toy(l).size, 20);
+  EXPECT_EQ(toy(l).scale, 2.0);  // numbers accept integers
+  EXPECT_EQ(toy(l).eval_repeats, 3);
+  EXPECT_EQ(l.config.eval.metric, "f1");
+  std::string m = error_of("[toy]\nsize = \"20\"\n");
+  EXPECT_NE(m.find("test.toml:2:"), std::string::npos) << m;
+  EXPECT_NE(m.find("key 'toy.size' must be an integer, got a string"), std::string::npos) << m;
+  m = error_of("[toy]\n\nsize = 5000\n");
+  EXPECT_NE(m.find("test.toml:3:"), std::string::npos) << m;
+  EXPECT_NE(m.find("'toy.size' = 5000 is out of range [1, 1000]"), std::string::npos) << m;
+  m = error_of("[toy]\nsise = 5\n");
+  EXPECT_NE(m.find("unknown key 'toy.sise' (known keys in [toy]: scale, size)"), std::string::npos)
+      << m;
+  m = error_of("[eval]\nmetric = \"auc\"\n");
+  EXPECT_NE(m.find("test.toml:2:"), std::string::npos) << m;
+  EXPECT_NE(m.find("'eval.metric' = 'auc' is not one of: accuracy, f1"), std::string::npos) << m;
+  m = error_of("[toy]\nsize = 13\n");
+  EXPECT_EQ(m, "test.toml: toy.size must not be 13");
+}
+
+TEST(TrainConfig, WorkloadKeyOverrides) {
+  const LoadedConfig l = parse("[toy]\nsize = 20\n", {"toy.size=30", "eval.repeats=2"});
+  EXPECT_EQ(toy(l).size, 30);
+  EXPECT_EQ(toy(l).eval_repeats, 2);
+  const std::string m = error_of("", {"toy.scale=big"});
+  EXPECT_NE(m.find("--set toy.scale=big"), std::string::npos) << m;
+  EXPECT_NE(m.find("'toy.scale' must be a number, got a string"), std::string::npos) << m;
+}
+
+TEST(TrainConfig, ChoosingTheWorkload) {
+  WorkloadRegistry two = registry();
+  two.add("other", [] { return std::make_unique<ToyConfigWorkload>(); });
+  EXPECT_EQ(parse_config("[run]\nworkload = \"other\"\n", "t.toml", two).config.run.workload,
+            "other");
+  EXPECT_EQ(parse_config("", "t.toml", two, {"run.workload=other"}).config.run.name, "other");
+  try {
+    parse_config("[optim]\nlr = 0.1\n", "t.toml", two);
+    ADD_FAILURE() << "no error";
+  } catch (const lockstep::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "t.toml: [run] workload is not set (registered workloads: other, toy)"),
+              std::string::npos)
+        << e.what();
+  }
+  const std::string m = error_of("[run]\n\nworkload = \"nope\"\n");
+  EXPECT_NE(m.find("test.toml:3:"), std::string::npos) << m;
+  EXPECT_NE(m.find("'run.workload' = 'nope' is not one of: toy"), std::string::npos) << m;
+  EXPECT_THROW(two.add("toy", [] { return std::make_unique<ToyConfigWorkload>(); }),
+               lockstep::InvalidArgument);
 }

@@ -46,8 +46,7 @@ class Backend {
   // as the largest list so far), calls allreduce, and copies back (dividing in that
   // pass for Avg); a backend that reads and writes the tensors in place (shm)
   // saves the two copies. Takes Avg whatever averages() says.
-  virtual void allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
-                                   const OpContext& ctx);
+  virtual void allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op, const OpContext& ctx);
   // t <- root's t.
   virtual void broadcast(at::Tensor& t, int root, const OpContext& ctx) = 0;
   // out (P*n elements) <- concat over ranks r of in_r (n elements), in rank order.

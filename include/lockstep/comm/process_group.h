@@ -130,13 +130,13 @@ class ProcessGroup {
   std::condition_variable cv_;
   std::deque<Task> queue_;
   bool stopping_ = false;
-  bool exited_ = false;             // the comm thread has left its loop
-  bool running_ = false;            // the comm thread has a task in the backend
-  bool running_here_ = false;       // a waiting thread has one (run_here)
-  std::thread::id here_thread_;     // ... and this is that thread
+  bool exited_ = false;          // the comm thread has left its loop
+  bool running_ = false;         // the comm thread has a task in the backend
+  bool running_here_ = false;    // a waiting thread has one (run_here)
+  std::thread::id here_thread_;  // ... and this is that thread
   Clock::time_point running_deadline_;
-  uint64_t next_seq_ = 1;           // collectives
-  std::exception_ptr broken_;       // first failure; later ops fail with it
+  uint64_t next_seq_ = 1;      // collectives
+  std::exception_ptr broken_;  // first failure; later ops fail with it
   std::thread thread_;
   // Lets Work handles break this group after a timeout, even if they outlive it.
   struct Link {

@@ -47,7 +47,15 @@ struct BarrierOptions {
 };
 
 enum class OpKind : int {
-  Allreduce = 1, Broadcast, Allgather, ReduceScatter, Alltoall, Send, Recv, Barrier, Composite,
+  Allreduce = 1,
+  Broadcast,
+  Allgather,
+  ReduceScatter,
+  Alltoall,
+  Send,
+  Recv,
+  Barrier,
+  Composite,
   AllocShared
 };
 const char* op_kind_name(OpKind k);
@@ -55,12 +63,13 @@ const char* op_kind_name(OpKind k);
 // What one operation is, as every rank must agree on it (for collectives).
 struct OpDesc {
   OpKind kind = OpKind::Barrier;
-  uint64_t seq = 0;       // collectives: per-group counter, identical on every rank
-  int64_t numel = 0;      // elements of the per-rank input (allgather/alltoall/reduce_scatter: see ProcessGroup)
+  uint64_t seq = 0;  // collectives: per-group counter, identical on every rank
+  int64_t numel =
+      0;  // elements of the per-rank input (allgather/alltoall/reduce_scatter: see ProcessGroup)
   at::ScalarType dtype = at::kFloat;
   ReduceOp op = ReduceOp::Sum;
-  int root = -1;          // broadcast root; send/recv peer
-  int tag = 0;            // send/recv
+  int root = -1;            // broadcast root; send/recv peer
+  int tag = 0;              // send/recv
   int64_t fingerprint = 0;  // composite: a digest of the body's parameters
 };
 

@@ -14,11 +14,11 @@ namespace lockstep::comm {
 
 // Returned by every ProcessGroup operation. Thread-safe. The operation runs on the
 // group's communication thread, or on the thread that waits for it if that thread
-// comes first and the comm thread has nothing else to do; wait() blocks until it finished on this rank and
-// rethrows its failure as CommError. Once the op runs, wait() is bounded: past its
-// timeout (plus a short grace for the backend to report itself) wait() throws
-// CommError(Timeout) and breaks the group, so the ops queued behind it (each bounded
-// the same way) fail at once instead of waiting.
+// comes first and the comm thread has nothing else to do; wait() blocks until it
+// finished on this rank and rethrows its failure as CommError. Once the op runs,
+// wait() is bounded: past its timeout (plus a short grace for the backend to report
+// itself) wait() throws CommError(Timeout) and breaks the group, so the ops queued
+// behind it (each bounded the same way) fail at once instead of waiting.
 class Work {
  public:
   // on_timeout: called (without locks held) when wait() gives up on the op, so the group
@@ -33,8 +33,6 @@ class Work {
   void wait();
   // The op's description (kind, seq, numel, dtype).
   const OpDesc& desc() const { return desc_; }
-  // Seconds the op ran on the comm thread (0 until it finished).
-  double duration_s() const;
 
   // --- used by the ProcessGroup's comm thread ---
   void mark_started();
@@ -50,8 +48,7 @@ class Work {
   std::condition_variable cv_;
   bool started_ = false;
   bool done_ = false;
-  Clock::time_point start_time_;
-  Clock::time_point end_time_;
+  Clock::time_point start_time_;  // set by mark_started(): wait()'s timeout runs from it
   std::exception_ptr error_;
 };
 

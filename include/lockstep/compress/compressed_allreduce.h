@@ -23,6 +23,16 @@
 // sequence number and one descriptor check (numel, dtype) for all of them. run() is
 // run_async() + wait() + finish().
 //
+// Pipelining (QsgdOptions::pipeline_chunk, rounds() > 1): the thread running the composite
+// makes only the backend calls, in the same fixed order on every rank (alltoall of rounds
+// 0..K-1, then allgather of rounds 0..K-1); the plan's helper thread does the codec work
+// of the rounds in dependency order meanwhile, so the encoding and decoding of one round
+// overlap the transfer of another. The helper never calls the backend (Backends are
+// single-threaded by contract) and the order of backend calls does not depend on codec
+// timing, so ranks cannot deadlock on it whatever the backend's blocking behaviour. The
+// helper is started on the plan's first pipelined call, sleeps between calls and is
+// joined by the destructor; a one-round plan has none.
+//
 // Bytes a rank sends per call, n compressed values, b bits, bucket B:
 //   about 2 (P-1)/P * n * (b/8 + 8/B)   vs   2 (P-1)/P * 4 n uncompressed float32.
 //
@@ -48,10 +58,13 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace lockstep::compress {
+
+class ProgressThread;  // private helper (src/compress/progress_thread.h)
 
 // One layer (parameter) of a flat buffer: elements [offset, offset + numel).
 struct LayerSpan {
@@ -61,9 +74,9 @@ struct LayerSpan {
 };
 
 struct AllreduceStats {
-  int64_t compressed_elems = 0;  // values that went through the codec
-  int64_t plain_elems = 0;       // values sent uncompressed
-  int64_t bytes_sent = 0;        // bytes this rank put on the wire (payload, both phases)
+  int64_t compressed_elems = 0;    // values that went through the codec
+  int64_t plain_elems = 0;         // values sent uncompressed
+  int64_t bytes_sent = 0;          // bytes this rank put on the wire (payload, both phases)
   int64_t bytes_uncompressed = 0;  // what a ring allreduce of the same buffer would send
 };
 
@@ -74,7 +87,7 @@ class CompressedAllreduce {
   // read the environment; qsgd() and callers do that with apply_env()).
   CompressedAllreduce(QsgdOptions options, std::vector<LayerSpan> layers, int64_t numel,
                       int world_size);
-  // Waits for a call still running on the comm thread.
+  // Waits for a call still running on the comm thread, then stops the helper thread.
   ~CompressedAllreduce();
   CompressedAllreduce(const CompressedAllreduce&) = delete;
   CompressedAllreduce& operator=(const CompressedAllreduce&) = delete;
@@ -102,10 +115,10 @@ class CompressedAllreduce {
 
   // A contiguous piece of one compressed layer, starting on one of its bucket boundaries.
   struct Run {
-    int64_t offset;        // in the flat buffer
+    int64_t offset;  // in the flat buffer
     int64_t numel;
-    int layer;             // index into layers_
-    uint64_t first_bucket; // global bucket index (the RNG counter)
+    int layer;              // index into layers_
+    uint64_t first_bucket;  // global bucket index (the RNG counter)
   };
   const std::vector<Run>& part(int r) const { return parts_[size_t(r)]; }
   // Bytes of part r summed over the pipeline rounds.
@@ -120,11 +133,11 @@ class CompressedAllreduce {
   int world_;
   std::vector<std::vector<Run>> parts_;  // per owner rank
   std::vector<int64_t> part_elems_, part_bytes_;
-  int64_t slot_bytes_ = 0;               // max part bytes (0: nothing compressed)
-  struct Chunk {                         // one pipeline round: a slice of every part
+  int64_t slot_bytes_ = 0;  // max part bytes (0: nothing compressed)
+  struct Chunk {            // one pipeline round: a slice of every part
     std::vector<std::vector<Run>> parts;
     std::vector<int64_t> part_elems, part_bytes;
-    int64_t slot = 0;                    // this round's alltoall/allgather slot bytes
+    int64_t slot = 0;  // this round's alltoall/allgather slot bytes
   };
   std::vector<Chunk> chunks_;
   std::vector<int> plain_layers_;
@@ -137,11 +150,37 @@ class CompressedAllreduce {
   int bad_ = -1;  // first non-finite layer (buffer order) of the latest call
   uint64_t last_step_ = 0;
   int last_rank_ = 0;
-  void exchange(comm::Backend& be, const comm::OpContext& ctx, at::Tensor& flat, bool average,
-                uint64_t step);
-  std::vector<float> residual_;          // error feedback, one per element (lazily sized)
+  std::vector<float> residual_;  // error feedback, one per element (lazily sized)
   at::Tensor send_, recv_, gather_in_, gather_out_, plain_;
   std::vector<float> acc_, tmp_, ef_x_, ef_q_;
+  std::unique_ptr<ProgressThread> helper_;  // codec work of pipelined calls (lazily started)
+
+  // The plan, made by the constructor.
+  void fill_holes();
+  void split_parts();
+  void cut_rounds();
+  // The exchange, run by the composite op, in its phases (compressed_allreduce.cpp).
+  struct Call;           // one call's constants: rank, dtype, codec, offsets of the rounds
+  struct RoundProgress;  // how far the rounds got, shared by the two threads of a pipelined call
+  void exchange(comm::Backend& be, const comm::OpContext& ctx, at::Tensor& flat, bool average,
+                uint64_t step);
+  Call start_call(const comm::Backend& be, const comm::OpContext& ctx, at::Tensor& flat,
+                  bool average, uint64_t step);
+  void check_finite_local(const Call& call);
+  void allreduce_plain(comm::Backend& be, const Call& call);
+  void place_plain(const Call& call);
+  void exchange_compressed(comm::Backend& be, const Call& call);
+  void run_pipelined(comm::Backend& be, const Call& call);
+  void transfer_rounds(comm::Backend& be, const Call& call, RoundProgress& progress);
+  void codec_rounds(const Call& call, RoundProgress& progress);
+  void encode_round(const Call& call, int c);
+  void encode_with_feedback(const Call& call, const Run& run, uint8_t* out);
+  void alltoall_round(comm::Backend& be, const Call& call, int c);
+  void sum_round(const Call& call, int c);
+  void reencode_round(const Call& call, int c);
+  void allgather_round(comm::Backend& be, const Call& call, int c);
+  void decode_round(const Call& call, int c);
+  void note_bad(int layer);
 };
 
 // One-shot convenience: plans, runs, and throws away the plan (tests, benchmarks).

@@ -27,9 +27,9 @@
 namespace lockstep::compress {
 
 struct QsgdOptions {
-  int bits = 4;                 // 1..8; 32 = compression off (every layer plain)
-  int64_t bucket_size = 128;    // values per bucket (never spans two layers)
-  int64_t min_layer = 1024;     // layers with fewer elements are sent uncompressed
+  int bits = 4;               // 1..8; 32 = compression off (every layer plain)
+  int64_t bucket_size = 128;  // values per bucket (never spans two layers)
+  int64_t min_layer = 1024;   // layers with fewer elements are sent uncompressed
   std::vector<std::string> exclude = {"bias", "norm"};  // name substrings sent uncompressed
   bool stochastic = true;       // unbiased rounding; false = round to nearest
   bool error_feedback = false;  // add each step's quantization residual to the next step
@@ -37,8 +37,9 @@ struct QsgdOptions {
   bool use_env = true;          // qsgd(): apply LOCKSTEP_COMPRESSION_* overrides
   // Pipelining of the compressed allreduce: each rank's part is exchanged in rounds of about
   // this many values (at most 16 rounds), so the codec work of one round overlaps the
-  // transfer of another (one helper thread per call while it runs). 0 = one round. Results
-  // do not depend on it; every rank must use the same value (it shapes the messages).
+  // transfer of another (on a helper thread the plan keeps from its first pipelined call
+  // until it is destroyed). 0 = one round, no helper. Results do not depend on it; every
+  // rank must use the same value (it shapes the messages).
   int64_t pipeline_chunk = int64_t(1) << 20;
 
   CodecOptions codec() const { return {bits, bucket_size, stochastic}; }

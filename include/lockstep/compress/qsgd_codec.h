@@ -39,9 +39,9 @@
 namespace lockstep::compress {
 
 struct CodecOptions {
-  int bits = 4;                // 1..8 bits per value
-  int64_t bucket_size = 128;   // values per bucket, >= 1; metadata costs 64 bits per bucket
-  bool stochastic = true;      // false: round to nearest (biased, half the max error)
+  int bits = 4;               // 1..8 bits per value
+  int64_t bucket_size = 128;  // values per bucket, >= 1; metadata costs 64 bits per bucket
+  bool stochastic = true;     // false: round to nearest (biased, half the max error)
 };
 
 // Throws InvalidArgument unless bits in [1, 8] and bucket_size in [1, 2^24].

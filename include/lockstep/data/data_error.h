@@ -15,13 +15,13 @@ namespace lockstep::data {
 class DataError : public Error {
  public:
   enum class Kind {
-    NotFound,    // the file does not exist
-    Io,          // open/read failed (permissions, I/O error)
-    BadMagic,    // not an idx file of the expected type
-    BadShape,    // idx header has the wrong number or size of dimensions
-    Truncated,   // fewer payload bytes than the header promises
-    Gzip,        // the gzip stream is corrupt or ends early
-    Mismatch,    // images and labels disagree (count), or a label is out of range
+    NotFound,   // the file does not exist
+    Io,         // open/read failed (permissions, I/O error)
+    BadMagic,   // not an idx file of the expected type
+    BadShape,   // idx header has the wrong number or size of dimensions
+    Truncated,  // fewer payload bytes than the header promises
+    Gzip,       // the gzip stream is corrupt or ends early
+    Mismatch,   // images and labels disagree (count), or a label is out of range
   };
   DataError(Kind kind, std::string path, const std::string& what_happened);
 

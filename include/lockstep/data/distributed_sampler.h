@@ -17,7 +17,7 @@
 //
 // It is a torch::data::samplers::Sampler<>, so it drives libtorch's loaders:
 //
-//   DistributedSampler sampler(dataset.size().value(), group);
+//   DistributedSampler sampler(dataset.size().value(), group->size(), group->rank());
 //   auto loader = torch::data::make_data_loader(dataset, sampler, 64);
 //   for (int e = 0; e < epochs; ++e) {
 //     sampler.set_epoch(e);         // reaches the loader's copy (see below)
@@ -35,8 +35,6 @@
 // Thread safety: set_epoch/epoch may be called from any thread; the other members
 // must not race with each other (the loader calls them from one thread).
 #pragma once
-
-#include <lockstep/comm/process_group.h>
 
 #include <torch/data/samplers/base.h>
 #include <torch/serialize/archive.h>
@@ -64,11 +62,12 @@ class DistributedSampler : public torch::data::samplers::Sampler<std::vector<siz
  public:
   using BatchRequest = std::vector<size_t>;
 
-  // rank in [0, world_size); world_size >= 1. Throws InvalidArgument otherwise.
-  DistributedSampler(size_t dataset_size, int rank, int world_size,
-                     DistributedSamplerOptions options = {});
-  // Takes rank and world size from the group (which it does not keep).
-  DistributedSampler(size_t dataset_size, const std::shared_ptr<comm::ProcessGroup>& group,
+  // num_replicas: the world size (>= 1); rank in [0, num_replicas). The order of
+  // PyTorch's DistributedSampler(dataset, num_replicas, rank); with a process group:
+  // (size, group->size(), group->rank()). Throws InvalidArgument on a bad pair, so a
+  // call written for the opposite order (rank, world) fails loudly: rank < world there
+  // makes "rank" >= "num_replicas" here.
+  DistributedSampler(size_t dataset_size, int num_replicas, int rank,
                      DistributedSamplerOptions options = {});
 
   // Selects the permutation of the coming epoch; shared by all copies of this sampler.
@@ -103,7 +102,7 @@ class DistributedSampler : public torch::data::samplers::Sampler<std::vector<siz
   DistributedSamplerOptions options_;
   size_t num_samples_ = 0;
   std::shared_ptr<std::atomic<uint64_t>> epoch_;  // shared by copies (see header comment)
-  std::vector<size_t> share_;                      // this rank's indices, from the last reset()
+  std::vector<size_t> share_;                     // this rank's indices, from the last reset()
   size_t cursor_ = 0;
 };
 

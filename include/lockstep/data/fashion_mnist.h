@@ -55,7 +55,7 @@ torch::Tensor read_idx_labels(const std::string& path);
 // Copies are cheap (the tensors are shared) and read-only access is thread-safe.
 class FashionMnist : public torch::data::datasets::Dataset<FashionMnist> {
  public:
-  explicit FashionMnist(Split split, FashionMnistOptions options = {});
+  explicit FashionMnist(Split split, const FashionMnistOptions& options = {});
 
   torch::data::Example<> get(size_t index) override;
   torch::optional<size_t> size() const override;

@@ -15,7 +15,7 @@ class LineBuffer {
  public:
   // A line longer than this is emitted in pieces, so a rank that never writes '\n'
   // cannot grow the launcher's memory without bound.
-  static constexpr std::size_t kMaxLine = 64 * 1024;
+  static constexpr std::size_t kMaxLine = std::size_t{64} * 1024;
 
   // Appends bytes; returns the lines completed by them (without the '\n').
   std::vector<std::string> feed(const char* data, std::size_t n);

@@ -22,20 +22,22 @@ struct LaunchOptions {
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 29500;      // 0 = pick a free port (single node only)
-  std::string log_dir;          // empty = no per-rank log files
-  int max_restarts = 0;         // whole-group restarts after a failure
-  double grace_seconds = 5.0;   // SIGTERM -> SIGKILL grace during teardown
-  bool help = false;            // --help: print usage, run nothing
+  int master_port = 29500;           // 0 = pick a free port (single node only)
+  std::string log_dir;               // empty = no per-rank log files
+  int max_restarts = 0;              // whole-group restarts after a failure
+  double grace_seconds = 5.0;        // SIGTERM -> SIGKILL grace during teardown
+  bool help = false;                 // --help: print usage, run nothing
   std::vector<std::string> program;  // PROGRAM and its ARGS; argv[0] first
 
   int world_size() const { return nnodes * nproc_per_node; }
   int global_rank(int local_rank) const { return node_rank * nproc_per_node + local_rank; }
 };
 
-// Parses the launcher's arguments (without argv[0]). Options end at the first non-option
-// or at "--". Accepts "--flag value" and "--flag=value"; torchrun's underscore spellings
-// (--nproc_per_node) are accepted as aliases. Throws UsageError on any bad input.
+// Parses the launcher's arguments (without argv[0]) with CLI11. Options end at the first
+// non-option or at "--". Accepts "--flag value" and "--flag=value" ("--flag=" is an empty
+// value, never the next argument); torchrun's underscore spellings (--nproc_per_node) are
+// accepted as aliases; a repeated flag is checked each time and the last one wins.
+// Throws UsageError, naming the flag, on any bad input.
 LaunchOptions parse_args(const std::vector<std::string>& args);
 
 // The --help text.

@@ -1,6 +1,8 @@
 // lockstep/launch/rank_env.h: the environment each rank starts with (torchrun's contract).
 //
 // Pure functions over maps so the contract is unit-testable without spawning anything.
+// The variables' names live in lockstep/env_contract.h, shared with their reader,
+// comm::LaunchEnv::from_environment.
 #pragma once
 
 #include <map>
@@ -15,9 +17,9 @@ using EnvMap = std::map<std::string, std::string>;
 
 // What is shared by all ranks of one start of the group.
 struct GroupContext {
-  std::string job_id;      // LOCKSTEP_JOB_ID: unique per launch, same for every restart
-  int master_port = 0;     // the resolved port (never 0 here)
-  int restart_count = 0;   // 0 on the first start, then 1, 2, ...
+  std::string job_id;     // LOCKSTEP_JOB_ID: unique per launch, same for every restart
+  int master_port = 0;    // the resolved port (never 0 here)
+  int restart_count = 0;  // 0 on the first start, then 1, 2, ...
 };
 
 // The launcher's own environment as a map (from `environ`).

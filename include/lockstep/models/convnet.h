@@ -25,7 +25,7 @@ struct ConvNetOptions {
   int64_t channels2 = 64;
   int64_t hidden = 128;
   int64_t num_classes = 10;
-  double dropout = 0.25;    // before the last layer; 0 disables it
+  double dropout = 0.25;  // before the last layer; 0 disables it
 };
 
 class ConvNetImpl : public torch::nn::Module {

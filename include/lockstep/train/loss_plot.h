@@ -1,14 +1,29 @@
-// lockstep/train/loss_plot.h: the loss-curve PNG, drawn by gnuplot (Debian gnuplot-nox).
+// lockstep/train/loss_plot.h: the loss-curve PNG, drawn in-process (png_image.h).
 #pragma once
 
+#include <lockstep/train/png_image.h>
+
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace lockstep::train {
 
-// Plots metrics_dir/loss-rank-R.csv for R < world_size (one line per rank) into `png`.
-// Writes the gnuplot script next to the PNG (loss.gp) so the plot can be redrawn by hand.
-// Returns false (and says why on stderr) when gnuplot is missing or fails: the plot is a
-// convenience, never a reason to fail a training run.
+// One line of the chart: (step, loss) points in step order.
+using LossSeries = std::vector<std::pair<double, double>>;
+
+// The line colours of the series, in order (then repeating).
+Rgb series_color(size_t index);
+
+// A width x height chart: one line per series (series_color(i)), axes with tick labels
+// ("step" across, "loss" up), light grid lines, and a legend "rank i" when there is more
+// than one series. The axes span the data (the loss axis padded by 5%).
+RgbImage render_loss_plot(const std::vector<LossSeries>& series, int width = 900, int height = 500);
+
+// Plots metrics_dir/loss-rank-R.csv for R < world_size (columns step,epoch,loss,...), one
+// line per rank, into `png` (written atomically). Returns false (and says why on stderr)
+// when there is nothing to plot or the file cannot be written: the plot is a convenience,
+// never a reason to fail a training run.
 bool plot_loss_curves(const std::string& metrics_dir, int world_size, const std::string& png);
 
 }  // namespace lockstep::train

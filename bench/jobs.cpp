@@ -1,0 +1,64 @@
+#include "jobs.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+namespace lockstep::bench {
+
+void report_result(int rank, const std::string& key, double value) {
+  if (rank == 0) std::printf("RESULT %s %.6f\n", key.c_str(), value);
+  std::fflush(stdout);
+}
+
+std::map<std::string, double> run_job(const std::string& cmd) {
+  std::printf("$ %s\n", cmd.c_str());
+  std::fflush(stdout);
+  std::map<std::string, double> results;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return results;
+  char line[1024];
+  while (std::fgets(line, sizeof line, p)) {
+    char key[128];
+    double v;
+    const char* at = std::strstr(line, "RESULT ");  // lockstep-run prefixes "[rank 0] "
+    if (at && std::sscanf(at, "RESULT %127s %lf", key, &v) == 2)
+      results[key] = v;
+    else
+      std::fputs(line, stdout);
+  }
+  if (pclose(p) != 0) std::fprintf(stderr, "job failed: %s\n", cmd.c_str());
+  return results;
+}
+
+std::string self_command() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return "'" + (n > 0 ? std::string(buf, size_t(n)) : std::string("lockstep-bench")) + "'";
+}
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  int port = 29511;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0)
+    port = ntohs(sa.sin_port);
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+void make_parent_dir(const std::string& file) {
+  const auto dir = std::filesystem::path(file).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir);
+}
+
+}  // namespace lockstep::bench

@@ -1,0 +1,61 @@
+// lockstep/env_contract.h: the names of the launch environment, written once.
+//
+// The launcher (lockstep-run, src/launch/rank_env.cpp) writes these variables into every
+// rank's environment and the communication layer (LaunchEnv::from_environment,
+// src/comm/launch_env.cpp; init(), src/comm/init.cpp) reads them back. Both spell a
+// name through this header only, so writer and reader cannot drift apart. Values and
+// semantics: docs/launcher.md ("Environment of each rank").
+//
+// Base layer: no dependencies, includable from every layer (scripts/layers.py).
+#pragma once
+
+namespace lockstep::env {
+
+// --- torchrun's contract (also what torch.distributed reads) --------------------------
+inline constexpr const char* kRank = "RANK";                        // global rank
+inline constexpr const char* kWorldSize = "WORLD_SIZE";             // ranks in the job
+inline constexpr const char* kLocalRank = "LOCAL_RANK";             // rank on this node
+inline constexpr const char* kLocalWorldSize = "LOCAL_WORLD_SIZE";  // ranks on this node
+inline constexpr const char* kGroupRank = "GROUP_RANK";             // node index
+inline constexpr const char* kGroupWorldSize = "GROUP_WORLD_SIZE";  // number of nodes
+inline constexpr const char* kRoleRank = "ROLE_RANK";               // = RANK (one role)
+inline constexpr const char* kRoleWorldSize = "ROLE_WORLD_SIZE";    // = WORLD_SIZE
+inline constexpr const char* kMasterAddr = "MASTER_ADDR";           // rank 0's store host
+inline constexpr const char* kMasterPort = "MASTER_PORT";           // its port (never 0)
+inline constexpr const char* kTorchelasticRunId = "TORCHELASTIC_RUN_ID";
+inline constexpr const char* kTorchelasticRestartCount = "TORCHELASTIC_RESTART_COUNT";
+inline constexpr const char* kTorchelasticMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
+
+// --- lockstep-run's own additions -------------------------------------------------------
+inline constexpr const char* kLauncher = "LOCKSTEP_LAUNCHER";  // "lockstep-run"
+inline constexpr const char* kLauncherName = "lockstep-run";   // its value
+inline constexpr const char* kJobId = "LOCKSTEP_JOB_ID";       // same for all ranks and restarts
+inline constexpr const char* kRestartCount = "LOCKSTEP_RESTART_COUNT";  // 0, 1, 2, ...
+inline constexpr const char* kMaxRestarts = "LOCKSTEP_MAX_RESTARTS";    // --max-restarts
+
+// --- settings of init() that a user (or a test) may set ---------------------------------
+inline constexpr const char* kBackend = "LOCKSTEP_BACKEND";           // auto | shm | gloo | mpi
+inline constexpr const char* kTimeoutSeconds = "LOCKSTEP_TIMEOUT_S";  // default op timeout
+inline constexpr const char* kCheckCollectives = "LOCKSTEP_CHECK_COLLECTIVES";  // 0 | 1
+
+// --- other launchers, read (never written) by LaunchEnv::from_environment ---------------
+// OpenMPI's mpirun.
+inline constexpr const char* kOmpiRank = "OMPI_COMM_WORLD_RANK";
+inline constexpr const char* kOmpiSize = "OMPI_COMM_WORLD_SIZE";
+inline constexpr const char* kOmpiLocalRank = "OMPI_COMM_WORLD_LOCAL_RANK";
+inline constexpr const char* kOmpiLocalSize = "OMPI_COMM_WORLD_LOCAL_SIZE";
+// MPICH / Intel MPI (PMI).
+inline constexpr const char* kPmiRank = "PMI_RANK";
+inline constexpr const char* kPmiSize = "PMI_SIZE";
+inline constexpr const char* kMpiLocalRankId = "MPI_LOCALRANKID";
+inline constexpr const char* kMpiLocalNRanks = "MPI_LOCALNRANKS";
+// Slurm's srun.
+inline constexpr const char* kSlurmProcId = "SLURM_PROCID";
+inline constexpr const char* kSlurmNTasks = "SLURM_NTASKS";
+inline constexpr const char* kSlurmLocalId = "SLURM_LOCALID";
+inline constexpr const char* kSlurmNTasksPerNode = "SLURM_NTASKS_PER_NODE";
+inline constexpr const char* kSlurmNNodes = "SLURM_NNODES";
+inline constexpr const char* kSlurmLaunchNodeIpAddr = "SLURM_LAUNCH_NODE_IPADDR";
+inline constexpr const char* kSlurmJobId = "SLURM_JOB_ID";
+
+}  // namespace lockstep::env

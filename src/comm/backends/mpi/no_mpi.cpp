@@ -1,0 +1,18 @@
+// The MPI backend's stand-ins when lockstep is built without MPI (LOCKSTEP_WITH_MPI=OFF).
+#include "comm/backends/factories.h"
+
+#include <lockstep/error.h>
+
+namespace lockstep::comm {
+
+std::unique_ptr<Backend> make_mpi_backend(const LaunchEnv& env, Millis timeout) {
+  throw ConfigError(
+      "lockstep was built without MPI (LOCKSTEP_WITH_MPI=OFF or no OpenMPI found): the mpi backend "
+      "is not "
+      "available; rebuild with -DLOCKSTEP_WITH_MPI=ON (needs libopenmpi-dev), or choose "
+      "LOCKSTEP_BACKEND=shm or gloo");
+}
+
+bool mpi_available() { return false; }
+
+}  // namespace lockstep::comm

@@ -1,0 +1,46 @@
+// The end of a run on rank 0: the quality gate, eval.json, the export (gate passed), the
+// loss-curve PNG, summary.json and the printed summary (docs/trainer.md, "Outputs").
+#pragma once
+
+#include <lockstep/train/config.h>
+#include <lockstep/train/tensorboard_writer.h>
+#include <lockstep/train/workload.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lockstep::train {
+
+// Run statistics the summary reports (each already combined over ranks where it says so).
+struct RunStats {
+  int world = 1;
+  std::string backend = "none";
+  int64_t step = 0;       // the last step (global)
+  int64_t steps_run = 0;  // steps this process ran (after a resume: fewer)
+  int64_t steps_per_epoch = 0;
+  int64_t global_batch = 0;  // examples per optimizer step over all ranks
+  std::vector<double> epoch_times;
+  double train_time = 0, eval_time = 0, wall_time = 0;
+  double samples_per_s = 0;
+  double comm_share = 0;  // exposed communication / step time, mean over ranks
+  int64_t bytes_per_step = 0;
+  double final_loss = 0;
+  int64_t param_crc32 = 0;
+};
+
+struct GateDecision {
+  std::string metric;
+  double threshold = 0, value = 0;
+  bool passed = false;
+};
+
+GateDecision decide_gate(const TrainConfig& cfg, const EvalResult& result);
+
+// Rank 0 only: writes eval.json, exports through the workload when the gate passed,
+// draws loss.png (log.plot), writes summary.json, prints the summary and the gate's
+// verdict, and logs the eval scalars to `tb` (may be null).
+void report_run(const TrainConfig& cfg, Workload& workload, const EvalResult& result,
+                const GateDecision& gate, const RunStats& stats, TensorBoardWriter* tb);
+
+}  // namespace lockstep::train

@@ -1,0 +1,44 @@
+// What the trainer records per step: the per-rank loss CSV, TensorBoard scalars (rank 0),
+// the progress bar (rank 0), and the time of every epoch that ran whole in this process.
+#pragma once
+
+#include "train/batch_plan.h"
+
+#include <lockstep/train/config.h>
+#include <lockstep/train/loss_log.h>
+#include <lockstep/train/progress_bar.h>
+#include <lockstep/train/tensorboard_writer.h>
+#include <lockstep/train/workload.h>
+
+#include <memory>
+#include <vector>
+
+namespace lockstep::train {
+
+class StepLog {
+ public:
+  // Opens metrics/loss-rank-R.csv (cut back to `start_step` on resume) and, on rank 0,
+  // the TensorBoard writer (log.tensorboard) and the progress bar (log.progress).
+  StepLog(const TrainConfig& cfg, const RunContext& ctx, const BatchPlan& plan, int64_t start_step);
+
+  // Step `step` (1-based, just finished) of `epoch` took `step_s` seconds.
+  void record(int64_t step, int64_t epoch, double loss, double lr, double step_s);
+  void finish() { bar_.finish(); }
+
+  TensorBoardWriter* tensorboard() { return tb_.get(); }  // null unless rank 0 with log.tensorboard
+  const std::vector<double>& epoch_times() const { return epoch_times_; }
+  double train_time() const { return train_time_; }  // seconds in steps, this process
+
+ private:
+  const TrainConfig& cfg_;
+  const RunContext& ctx_;
+  const BatchPlan& plan_;
+  int64_t start_step_;
+  LossLog loss_log_;
+  std::unique_ptr<TensorBoardWriter> tb_;
+  ProgressBar bar_;
+  std::vector<double> epoch_times_;
+  double epoch_time_ = 0, train_time_ = 0;
+};
+
+}  // namespace lockstep::train
