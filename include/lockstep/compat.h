@@ -7,10 +7,13 @@
 //   - autograd post-hooks on a parameter's AccumulateGrad node (the DDP reducer's
 //     "gradient ready" signal);
 //   - queueing a callback that the autograd engine runs at the end of the current
-//     backward pass.
+//     backward pass;
+//   - resizing a tensor's storage in place (FSDP frees and re-allocates a unit's
+//     gathered parameters under the views that autograd saved of them).
 // Header-only; include it only from .cpp files or headers that need these hooks.
 #pragma once
 
+#include <ATen/native/Resize.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -77,6 +80,13 @@ inline void remove_hook(PostHookHandle& h) {
 // future and rethrows it to the caller), in 1.13 and 2.x alike.
 inline void queue_end_of_backward_callback(std::function<void()> fn) {
   torch::autograd::Engine::get_default_engine().queue_callback(std::move(fn));
+}
+
+// Resizes the storage under `t` (and every view of it) to `bytes` in place: the same
+// StorageImpl gets a new allocation (the first min(old, new) bytes copied), so tensors
+// that share it see the new memory. 0 frees it. CPU tensors only.
+inline void resize_storage_bytes(const at::Tensor& t, int64_t bytes) {
+  at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), static_cast<size_t>(bytes));
 }
 
 }  // namespace lockstep::compat

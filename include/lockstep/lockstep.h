@@ -12,4 +12,5 @@
 #include <lockstep/error.h>
 #include <lockstep/models/models.h>
 #include <lockstep/parallel/ddp/ddp.h>
+#include <lockstep/parallel/fsdp/fsdp.h>
 #include <lockstep/parallel/hooks/qsgd_hook.h>

@@ -1,0 +1,111 @@
+// lockstep/parallel/fsdp/core.h: the non-template part of FullyShardedDataParallel.
+// Users hold a FullyShardedDataParallel (fully_sharded_data_parallel.h); see docs/fsdp.md.
+#pragma once
+#include <lockstep/comm/process_group.h>
+#include <lockstep/compat.h>
+#include <lockstep/parallel/fsdp/options.h>
+
+#include <torch/nn/module.h>
+#include <torch/ordered_dict.h>
+
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+namespace lockstep::fsdp {
+
+class FlatUnit;
+class UnitHooksImpl;
+
+// Bytes each rank holds for the model's state, by kind (docs/fsdp.md, "Memory model").
+struct MemoryStats {
+  int64_t shard_bytes = 0;     // the optimizer's parameters: the local shards
+  int64_t gathered_bytes = 0;  // full parameters currently gathered (all units)
+  int64_t grad_bytes = 0;      // gradients of the local shards
+};
+
+class FSDPCore {
+ public:
+  FSDPCore(std::shared_ptr<torch::nn::Module> root, std::shared_ptr<comm::ProcessGroup> group,
+           FSDPOptions options);
+  ~FSDPCore();
+  FSDPCore(const FSDPCore&) = delete;
+  FSDPCore& operator=(const FSDPCore&) = delete;
+
+  // Around the root module's forward.
+  void before_root_forward();
+  void after_root_forward(const std::vector<at::Tensor>& outputs);
+
+  // The optimizer's parameters: one flat local shard per unit (1-D, padded, same dtype
+  // as the unit's parameters); their .grad() holds the averaged gradient shard after
+  // backward.
+  std::vector<at::Tensor> parameters() const;
+  // Clips the gradient shards to a global L2 norm of at most max_norm (collective: one
+  // allreduce of a scalar); returns the norm before clipping.
+  double clip_grad_norm(double max_norm);
+
+  // Collective. Full parameters and buffers, by the module's own names, gathered one
+  // unit at a time: on rank 0 a copy of each (the whole model's bytes), elsewhere empty.
+  torch::OrderedDict<std::string, at::Tensor> full_state_dict();
+  // Collective. full_state_dict() saved by rank 0 to `path` (written to a temporary file
+  // and renamed) in the format of torch::save(module): torch::load(plain_module, path)
+  // reads it into a non-FSDP copy of the model.
+  void save_full_state_dict(const std::string& path);
+
+  // Collective. Gathers every unit's full parameters (for evaluation code that reads
+  // parameters) until release_full_params(). Not allowed during forward/backward.
+  void summon_full_params();
+  void release_full_params();
+
+  MemoryStats memory_stats() const;
+  int num_units() const { return static_cast<int>(units_.size()); }
+  // Unit i's name in the model ("" for the root) and its parameter names.
+  std::string unit_name(int i) const;
+  std::vector<std::string> unit_param_names(int i) const;
+  comm::ProcessGroup& group() { return *group_; }
+  const FSDPOptions& options() const { return options_; }
+
+  // --- used by the units' hooks ------------------------------------------------------
+  void unit_pre_forward(int unit);
+  void unit_post_forward(int unit, const std::vector<at::Tensor>& outputs);
+  void unit_pre_backward(int unit);
+
+ private:
+  struct Candidate;
+  void build_units(std::vector<Candidate> candidates, const std::vector<std::string>& names,
+                   const std::vector<at::Tensor>& params,
+                   const std::unordered_set<const c10::TensorImpl*>& shared);
+  FlatUnit& unit(int u);
+  void check_parameters_unchanged();
+  bool keep_after_forward() const;
+  void attach_pre_backward(int unit, const std::vector<at::Tensor>& outputs);
+  void ensure_backward_started();
+  void param_grad_ready(int unit, size_t param);
+  void launch_ready_reductions();
+  void finish_backward();
+
+  std::shared_ptr<torch::nn::Module> root_;
+  std::shared_ptr<comm::ProcessGroup> group_;
+  FSDPOptions options_;
+  int64_t num_params_ = 0;  // parameter names when wrapped (a later change is an error)
+  std::vector<std::unique_ptr<FlatUnit>> units_;  // wrapped units in model order, then the root
+  int root_unit_ = -1;                            // -1: every parameter is in a wrapped unit
+  std::vector<std::unique_ptr<UnitHooksImpl>> hooks_;
+  std::vector<compat::PostHookHandle> grad_hooks_;
+  std::vector<std::string> buffer_names_;
+  std::vector<at::Tensor> buffers_;
+
+  // The iteration in progress.
+  std::vector<int> forward_order_;       // units in the order their forward began
+  std::vector<int> last_forward_order_;  // ... in the previous iteration (forward prefetch)
+  std::vector<int> backward_order_;      // reverse forward order, the unused units, the root
+  std::vector<bool> ready_;              // per unit: every gradient arrived this backward
+  size_t next_reduce_ = 0;               // position in backward_order_ to launch next
+  int last_reduce_ = -1;                 // the unit whose reduction is in flight
+  bool in_forward_ = false;
+  bool backward_started_ = false;
+  bool summoned_ = false;
+};
+
+}  // namespace lockstep::fsdp

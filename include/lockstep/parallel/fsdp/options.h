@@ -1,0 +1,51 @@
+// lockstep/parallel/fsdp/options.h: how FullyShardedDataParallel shards, wraps and prefetches.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace torch::nn {
+class Module;
+}
+
+namespace lockstep::fsdp {
+
+// What each rank keeps of a unit's parameters between uses (docs/fsdp.md, "Strategies").
+enum class ShardingStrategy {
+  FullShard,    // ZeRO-3: gathered for forward, freed, gathered again for backward, freed.
+  ShardGradOp,  // ZeRO-2: gathered for forward and kept until the unit's backward is done.
+  NoShard,      // DDP: every rank keeps all parameters; gradients are all-reduced.
+};
+const char* strategy_name(ShardingStrategy s);
+// "full_shard", "shard_grad_op", "no_shard" (as strategy_name prints them); throws
+// InvalidArgument listing the valid names otherwise.
+ShardingStrategy parse_strategy(const std::string& name);
+
+// Which fsdp::wrap() candidates become units of their own. A candidate that does not stays
+// part of the unit that encloses it (in the end the root). `name` is the candidate's path
+// in the model ("layers.3"); `num_params` counts the elements of the parameters it holds
+// that no nested unit takes.
+using WrapPolicy = std::function<bool(const std::string& name, const torch::nn::Module& module,
+                                      int64_t num_params)>;
+// Every candidate (the default).
+WrapPolicy wrap_all();
+// Candidates holding at least `min_num_params` parameter elements (PyTorch's size_based policy).
+WrapPolicy wrap_by_size(int64_t min_num_params);
+// Candidates whose inner module's name() (e.g. "torch::nn::LinearImpl") is one of `types`.
+WrapPolicy wrap_by_type(std::vector<std::string> types);
+
+struct FSDPOptions {
+  ShardingStrategy strategy = ShardingStrategy::FullShard;
+  WrapPolicy wrap_policy;  // empty: wrap_all()
+  // Gather the next unit's parameters (in reverse forward order) while the current unit's
+  // gradients are computed. Prefetching is one unit deep, which is also the limit on
+  // gathers in flight: at most the unit computing, the one prefetched and the root hold
+  // gathered parameters at any time.
+  bool backward_prefetch = true;
+  // Gather the next unit (in the previous iteration's forward order) while the current
+  // unit computes its forward.
+  bool forward_prefetch = false;
+};
+
+}  // namespace lockstep::fsdp

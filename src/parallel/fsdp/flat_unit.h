@@ -1,0 +1,79 @@
+// One FSDP unit's parameters as one flat buffer, sharded over the ranks (docs/fsdp.md).
+//
+// The unit's parameters stay the user's leaf tensors; their data become views into one
+// flat buffer `full` of `padded` elements (the sum of their sizes rounded up to a multiple
+// of the world size). Each rank owns the slice [rank * n, (rank + 1) * n) of it as `shard`
+// (n = padded / P): the optimizer's parameter and the master copy. Gathering all-gathers
+// the shards into `full`; freeing resizes full's storage to 0 bytes, so the parameters
+// (and any view autograd saved of them) keep their shapes and see the data again after
+// the next gather. A parameter read while freed raises libtorch's "data is not allocated"
+// error instead of returning stale values.
+//
+// Gradients: autograd accumulates a full gradient into each parameter's .grad(); the unit
+// copies it into a flat gradient buffer and drops it, and once all have arrived (or at the
+// end of backward) reduce-scatters the buffer (average) into the shard's .grad().
+#pragma once
+#include <lockstep/comm/process_group.h>
+#include <lockstep/parallel/fsdp/options.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace lockstep::fsdp {
+
+class FlatUnit {
+ public:
+  FlatUnit(std::string name, std::vector<std::string> param_names, std::vector<at::Tensor> params,
+           comm::ProcessGroup& group, ShardingStrategy strategy);
+
+  const std::string& name() const { return name_; }
+  const std::vector<std::string>& param_names() const { return names_; }
+  const std::vector<at::Tensor>& params() const { return params_; }
+  const at::Tensor& shard() const { return shard_; }
+  int64_t padded_numel() const { return padded_; }
+  bool sharded() const { return strategy_ != ShardingStrategy::NoShard; }
+
+  // Parameters: start an all-gather of the shards (no-op if gathered or under way), wait
+  // for it, release the full parameters (waits for a gather under way first).
+  void begin_gather();
+  void wait_gathered();
+  void free_full();
+  bool gathered() const { return state_ == State::Gathered; }
+  bool gathering() const { return state_ == State::Gathering; }
+  int64_t gathered_bytes() const;
+
+  // Gradients. param_grad_ready(i) moves parameter i's .grad() into the flat gradient and
+  // returns true when every parameter of the unit that requires grad has reported.
+  bool param_grad_ready(size_t i);
+  bool expects_grads() const { return expected_grads_ > 0; }
+  bool reduce_launched() const { return reduce_work_ != nullptr; }
+  void begin_reduce();   // zeros stand in for the gradients that never came
+  void finish_reduce();  // waits; accumulates the averaged shard into shard().grad()
+
+ private:
+  enum class State { Free, Gathering, Gathered };
+  void set_storage_bytes(int64_t bytes);
+
+  const std::string name_;
+  const std::vector<std::string> names_;
+  const std::vector<at::Tensor> params_;
+  comm::ProcessGroup& group_;
+  const ShardingStrategy strategy_;
+  std::vector<int64_t> offsets_;
+  int64_t padded_ = 0;
+  int64_t shard_numel_ = 0;
+  at::Tensor full_;   // [padded]; storage 0 bytes while freed (sharded strategies)
+  at::Tensor shard_;  // [padded / P], leaf, requires grad; NoShard: full_ itself
+  State state_ = State::Gathered;
+  comm::WorkPtr gather_work_;
+
+  size_t expected_grads_ = 0;
+  size_t arrived_grads_ = 0;
+  at::Tensor grad_full_;   // [padded] while gradients arrive and reduce
+  at::Tensor grad_shard_;  // the reduction's output
+  comm::WorkPtr reduce_work_;
+};
+
+}  // namespace lockstep::fsdp

@@ -1,0 +1,90 @@
+// FSDP's full state dict: gathered one unit at a time onto rank 0, saved in the format
+// of torch::save(module) (docs/fsdp.md, "State dicts").
+#include <lockstep/error.h>
+#include <lockstep/parallel/fsdp/core.h>
+
+#include <ATen/ATen.h>
+#include <torch/serialize/output-archive.h>
+
+#include <cstdio>
+#include <unordered_map>
+
+#include "flat_unit.h"
+
+namespace lockstep::fsdp {
+namespace {
+
+using ByImpl = std::unordered_map<const c10::TensorImpl*, at::Tensor>;
+
+// Module::save's layout: own parameters, own buffers, then one nested archive per child.
+void write_module(const torch::nn::Module& m, const ByImpl& values,
+                  torch::serialize::OutputArchive& ar) {
+  for (const auto& p : m.named_parameters(/*recurse=*/false))
+    ar.write(p.key(), values.at(p.value().unsafeGetTensorImpl()));
+  for (const auto& b : m.named_buffers(/*recurse=*/false))
+    ar.write(b.key(), values.at(b.value().unsafeGetTensorImpl()), /*is_buffer=*/true);
+  for (const auto& c : m.named_children()) {
+    torch::serialize::OutputArchive sub(ar.compilation_unit());
+    write_module(*c.value(), values, sub);
+    ar.write(c.key(), sub);
+  }
+}
+
+// Rank 0's copies of every parameter and buffer, keyed by tensor (empty elsewhere).
+ByImpl gather_copies(std::vector<std::unique_ptr<FlatUnit>>& units,
+                     const std::vector<at::Tensor>& buffers, int rank) {
+  ByImpl out;
+  for (auto& u : units) {
+    const bool was_gathered = u->gathered();
+    u->wait_gathered();
+    if (rank == 0)
+      for (const auto& p : u->params()) out.emplace(p.unsafeGetTensorImpl(), p.detach().clone());
+    if (!was_gathered) u->free_full();
+  }
+  if (rank == 0)
+    for (const auto& b : buffers) out.emplace(b.unsafeGetTensorImpl(), b.detach().clone());
+  return out;
+}
+
+}  // namespace
+
+torch::OrderedDict<std::string, at::Tensor> FSDPCore::full_state_dict() {
+  LOCKSTEP_CHECK(!in_forward_ && !backward_started_,
+                 "full_state_dict: not allowed during forward or backward");
+  const ByImpl values = gather_copies(units_, buffers_, group_->rank());
+  torch::OrderedDict<std::string, at::Tensor> out;
+  if (group_->rank() != 0) return out;
+  for (const auto& p : root_->named_parameters(true))
+    out.insert(p.key(), values.at(p.value().unsafeGetTensorImpl()));
+  for (const auto& b : root_->named_buffers(true))
+    out.insert(b.key(), values.at(b.value().unsafeGetTensorImpl()));
+  return out;
+}
+
+void FSDPCore::save_full_state_dict(const std::string& path) {
+  LOCKSTEP_CHECK(!in_forward_ && !backward_started_,
+                 "save_full_state_dict: not allowed during forward or backward");
+  const ByImpl values = gather_copies(units_, buffers_, group_->rank());
+  std::string failure;
+  if (group_->rank() == 0) {
+    const std::string tmp = path + ".tmp";
+    try {
+      torch::serialize::OutputArchive ar;
+      write_module(*root_, values, ar);
+      ar.save_to(tmp);
+      if (std::rename(tmp.c_str(), path.c_str()) != 0)
+        failure = detail::concat("cannot rename ", tmp, " to ", path);
+    } catch (const std::exception& e) {
+      std::remove(tmp.c_str());
+      failure = e.what();
+    }
+  }
+  // Everyone learns whether rank 0 succeeded (and the call returns once the file exists).
+  at::Tensor failed = at::full({1}, failure.empty() ? 0 : 1, at::kInt);
+  group_->allreduce(failed, {comm::ReduceOp::Max, comm::Millis(0)})->wait();
+  if (failed.item<int>() != 0)
+    throw Error(detail::concat("save_full_state_dict: rank 0 could not write ", path,
+                               failure.empty() ? "" : ": " + failure));
+}
+
+}  // namespace lockstep::fsdp

@@ -1,0 +1,27 @@
+# FSDP multi-process tests (included from tests/multiprocess/CMakeLists.txt). The program
+# computes its single-process reference itself, so it runs standalone under lockstep-run
+# or mpirun.
+add_executable(fsdp_equivalence ${CMAKE_CURRENT_LIST_DIR}/fsdp_equivalence.cpp)
+target_link_libraries(fsdp_equivalence PRIVATE lockstep_parallel CLI11::CLI11)
+
+foreach(np 1 2 3 4)
+  foreach(backend shm gloo)
+    add_test(NAME fsdp_equivalence_${backend}_np${np}
+             COMMAND ${RUN} --nproc-per-node ${np} --master-port 0 $<TARGET_FILE:fsdp_equivalence>)
+    set_tests_properties(fsdp_equivalence_${backend}_np${np} PROPERTIES
+      ENVIRONMENT "LOCKSTEP_BACKEND=${backend};LOCKSTEP_TIMEOUT_S=60" TIMEOUT 300
+      LABELS "multiprocess;fsdp")
+  endforeach()
+endforeach()
+if(LOCKSTEP_HAVE_MPI)
+  add_test(NAME fsdp_equivalence_mpi_np3 COMMAND ${MPIRUN} -np 3 $<TARGET_FILE:fsdp_equivalence>)
+  set_tests_properties(fsdp_equivalence_mpi_np3 PROPERTIES
+    ENVIRONMENT "LOCKSTEP_BACKEND=mpi;LOCKSTEP_TIMEOUT_S=60" TIMEOUT 300 LABELS "multiprocess;fsdp")
+endif()
+foreach(backend shm gloo)
+  add_test(NAME fsdp_model_mismatch_${backend}_np2
+           COMMAND ${RUN} --nproc-per-node 2 --master-port 0 $<TARGET_FILE:fsdp_equivalence> --mismatch)
+  set_tests_properties(fsdp_model_mismatch_${backend}_np2 PROPERTIES
+    ENVIRONMENT "LOCKSTEP_BACKEND=${backend};LOCKSTEP_TIMEOUT_S=30" TIMEOUT 120
+    LABELS "multiprocess;fsdp")
+endforeach()

@@ -1,0 +1,274 @@
+// FSDP equivalence: P ranks with batch B each, after k steps, hold the same parameters as
+// one process trained on the concatenated batch of P*B (computed here, on every rank, from
+// the same seeds), within a stated tolerance; the max difference is printed. For each
+// sharding strategy: SGD with momentum (float32), AdamW (float64 and float32), a model
+// whose unit sizes do not divide by P (padding), a weight shared by two units and a
+// parameter unused in some steps. Also: the memory held per rank (the shards are 1/P of
+// the model, nothing stays gathered after a step), the full state dict loaded into a plain
+// copy of the model, and the errors for a unit run twice in one forward and for a model
+// that differs across ranks (--mismatch).
+// Runs standalone under lockstep-run / mpirun; prints "N passed, M failed".
+#include <lockstep/lockstep.h>
+#include <lockstep/parallel/fsdp/fsdp.h>
+
+#include <torch/torch.h>
+#include <CLI/CLI.hpp>
+
+#include <unistd.h>
+#include <cstdio>
+#include <string>
+
+namespace fsdp = lockstep::fsdp;
+
+namespace {
+
+int g_passed = 0, g_failed = 0;
+int g_rank = 0;
+
+void report(const std::string& what, double diff, double tol) {
+  const bool ok = diff <= tol;  // NaN fails
+  (ok ? g_passed : g_failed)++;
+  std::fprintf(ok ? stdout : stderr, "rank %d %s %s: max |fsdp - reference| = %.3g (tol %.1g)\n",
+               g_rank, ok ? "ok  " : "FAIL", what.c_str(), diff, tol);
+}
+
+void check(const std::string& what, bool ok, const std::string& detail = "") {
+  (ok ? g_passed : g_failed)++;
+  std::fprintf(ok ? stdout : stderr, "rank %d %s %s%s%s\n", g_rank, ok ? "ok  " : "FAIL",
+               what.c_str(), detail.empty() ? "" : ": ", detail.c_str());
+}
+
+// Two layers in one unit: 7*9+9 + 9*5+5 = 122 elements.
+struct BlockImpl : torch::nn::Module {
+  BlockImpl() {
+    a = register_module("a", torch::nn::Linear(7, 9));
+    b = register_module("b", torch::nn::Linear(9, 5));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return b(torch::tanh(a(x))); }
+  torch::nn::Linear a{nullptr}, b{nullptr};
+};
+TORCH_MODULE(Block);
+
+// A layer with a weight it may share with another unit, and an extra weight it uses only
+// when asked (unused in some steps).
+struct TiedImpl : torch::nn::Module {
+  explicit TiedImpl(torch::Tensor shared) {
+    w = register_parameter("w", std::move(shared));
+    extra = register_parameter("extra", torch::randn({5, 5}) * 0.1);
+  }
+  torch::Tensor forward(const torch::Tensor& x, bool use_extra) {
+    auto h = torch::relu(x.matmul(w));
+    return use_extra ? h + h.matmul(extra) : h;
+  }
+  torch::Tensor w, extra;
+};
+TORCH_MODULE(Tied);
+
+// Root parameters (inp, out) around three units of odd sizes; t1 and t2 share `w`, which
+// therefore belongs to the root unit.
+struct Net : torch::nn::Module {
+  Net() {
+    inp = register_module("inp", torch::nn::Linear(6, 10));
+    l1 = register_module("l1", fsdp::wrap(torch::nn::Linear(10, 7)));
+    blk = register_module("blk", fsdp::wrap(Block()));
+    auto shared = torch::randn({5, 5}) * 0.3;
+    t1 = register_module("t1", fsdp::wrap(Tied(shared)));
+    t2 = register_module("t2", fsdp::wrap(Tied(shared)));
+    out = register_module("out", torch::nn::Linear(5, 3));
+  }
+  torch::Tensor forward(const torch::Tensor& x, int64_t variant) {
+    auto h = blk(torch::relu(l1(torch::relu(inp(x)))));
+    h = t2(t1(h, variant % 2 == 1), false);
+    return out(h);
+  }
+  torch::nn::Linear inp{nullptr}, out{nullptr};
+  fsdp::Wrapped<torch::nn::LinearImpl> l1{nullptr};
+  fsdp::Wrapped<BlockImpl> blk{nullptr};
+  fsdp::Wrapped<TiedImpl> t1{nullptr}, t2{nullptr};
+};
+
+struct Case {
+  std::string name;
+  fsdp::ShardingStrategy strategy = fsdp::ShardingStrategy::FullShard;
+  at::ScalarType dtype = at::kDouble;
+  bool adamw = false;
+  double tol = 1e-10;
+  bool prefetch = true;
+};
+
+std::unique_ptr<torch::optim::Optimizer> make_opt(const Case& c, std::vector<torch::Tensor> ps) {
+  if (c.adamw)
+    return std::make_unique<torch::optim::AdamW>(
+        std::move(ps), torch::optim::AdamWOptions(1e-2).weight_decay(0.05));
+  return std::make_unique<torch::optim::SGD>(std::move(ps),
+                                             torch::optim::SGDOptions(0.1).momentum(0.9));
+}
+
+double max_diff(const torch::nn::Module& a, const torch::nn::Module& b) {
+  double d = 0;
+  const auto pa = a.named_parameters(), pb = b.named_parameters();
+  if (pa.size() != pb.size()) return INFINITY;
+  for (const auto& item : pa) {
+    const auto* other = pb.find(item.key());
+    if (other == nullptr) return INFINITY;
+    d = std::max(
+        d, (item.value().to(at::kDouble) - other->to(at::kDouble)).abs().max().item<double>());
+  }
+  return d;
+}
+
+// t1.w and t2.w are one tensor: the optimizer must see it once.
+std::vector<torch::Tensor> distinct(const std::vector<torch::Tensor>& ps) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : ps)
+    if (std::none_of(out.begin(), out.end(), [&](const auto& q) { return q.is_same(p); }))
+      out.push_back(p);
+  return out;
+}
+
+// The reference gives a parameter unused in a step a zero gradient, as the flat shards do.
+void zero_missing_grads(torch::nn::Module& m) {
+  for (auto& p : m.parameters())
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+}
+
+void run_case(const std::shared_ptr<lockstep::ProcessGroup>& pg, const Case& c) {
+  const int P = pg->size(), r = pg->rank();
+  const int64_t B = 4;
+  const int steps = 6;
+  torch::manual_seed(1000 + r);  // ranks start from different weights: construction fixes it
+  auto model = std::make_shared<Net>();
+  model->to(c.dtype);
+  fsdp::FSDPOptions o;
+  o.strategy = c.strategy;
+  o.backward_prefetch = c.prefetch;
+  o.forward_prefetch = c.prefetch;
+  lockstep::FullyShardedDataParallel model_fsdp(model, pg, o);
+  torch::manual_seed(1000);
+  auto ref = std::make_shared<Net>();
+  ref->to(c.dtype);
+  auto opt = make_opt(c, model_fsdp.parameters());
+  auto ref_opt = make_opt(c, distinct(ref->parameters()));
+  const std::string tag = c.name + " P=" + std::to_string(P);
+
+  for (int s = 0; s < steps; ++s) {
+    torch::manual_seed(77 + 31 * s);
+    auto x = torch::randn({P * B, 6}, c.dtype);
+    auto y = torch::randn({P * B, 3}, c.dtype);
+    const int64_t variant = s % 3 == 0 ? 1 : 0;  // t1.extra is used in steps 0 and 3 only
+    torch::mse_loss(model_fsdp(x.narrow(0, r * B, B), variant), y.narrow(0, r * B, B)).backward();
+    torch::mse_loss(ref->forward(x, variant), y).backward();
+    zero_missing_grads(*ref);
+    if (s == 0) {
+      const auto m = model_fsdp.memory_stats();
+      const bool sharded = c.strategy != fsdp::ShardingStrategy::NoShard;
+      check(tag + " nothing gathered after backward", !sharded || m.gathered_bytes == 0,
+            std::to_string(m.gathered_bytes) + " bytes gathered");
+      check(tag + " gradient shards", m.grad_bytes == m.shard_bytes,
+            std::to_string(m.grad_bytes) + " vs " + std::to_string(m.shard_bytes));
+    }
+    opt->step();
+    ref_opt->step();
+    opt->zero_grad();
+    ref_opt->zero_grad();
+  }
+  model_fsdp.summon_full_params();
+  report(tag + " params", max_diff(*model, *ref), c.tol);
+  model_fsdp.release_full_params();
+}
+
+// Shards hold 1/P of the model (plus padding of < P elements per unit), and the full state
+// dict loads into a plain copy of the model with the same outputs.
+void memory_and_state_dict(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
+  const int P = pg->size();
+  auto model = std::make_shared<Net>();
+  model->to(at::kDouble);
+  int64_t total = 0;
+  for (const auto& p : model->parameters()) total += p.numel();
+  total -= 25;  // t1.w and t2.w are one tensor
+  lockstep::FullyShardedDataParallel f(model, pg);
+  const auto m = f.memory_stats();
+  const int64_t shard_elems = m.shard_bytes / 8;
+  const int64_t bound = (total + P * f.core().num_units()) / P;  // padding < P per unit
+  check("P=" + std::to_string(P) + " shard elements <= (model + padding) / P",
+        shard_elems * P >= total && shard_elems <= bound,
+        std::to_string(shard_elems) + " per rank, model " + std::to_string(total) + ", bound " +
+            std::to_string(bound));
+  check("P=" + std::to_string(P) + " nothing gathered after construction", m.gathered_bytes == 0,
+        std::to_string(m.gathered_bytes));
+
+  torch::manual_seed(5);
+  auto x = torch::randn({8, 6}, at::kDouble);
+  at::Tensor y_fsdp;
+  {
+    torch::NoGradGuard ng;
+    y_fsdp = f(x, 1);
+  }
+  const std::string path = "/tmp/lockstep_fsdp_full_" + std::to_string(getppid()) + ".pt";
+  f.save_full_state_dict(path);
+  auto plain = std::make_shared<Net>();
+  plain->to(at::kDouble);
+  torch::load(plain, path);
+  torch::NoGradGuard ng;
+  report("P=" + std::to_string(P) + " full state dict: plain model's output",
+         (plain->forward(x, 1) - y_fsdp).abs().max().item<double>(), 1e-12);
+  const auto sd = f.full_state_dict();
+  check("P=" + std::to_string(P) + " full_state_dict on rank 0 only",
+        pg->rank() == 0 ? sd.size() == plain->named_parameters().size() : sd.is_empty());
+  pg->barrier()->wait();
+  if (pg->rank() == 0) std::remove(path.c_str());
+}
+
+void unit_twice(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
+  struct Twice : torch::nn::Module {
+    Twice() { l = register_module("l", fsdp::wrap(torch::nn::Linear(4, 4))); }
+    torch::Tensor forward(const torch::Tensor& x) { return l(l(x)); }
+    fsdp::Wrapped<torch::nn::LinearImpl> l{nullptr};
+  };
+  auto model = std::make_shared<Twice>();
+  lockstep::FullyShardedDataParallel f(model, pg);
+  std::string what;
+  try {
+    f(torch::randn({2, 4}));
+  } catch (const lockstep::InvalidArgument& e) {
+    what = e.what();
+  }
+  check("unit called twice is an error naming it",
+        what.find("unit 'l' ran twice") != std::string::npos, what);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"FSDP equivalence with a single-process reference"};
+  bool mismatch = false;
+  app.add_flag("--mismatch", mismatch, "rank > 0 builds a different model: expect ModelMismatch");
+  CLI11_PARSE(app, argc, argv);
+  auto pg = lockstep::init();
+  g_rank = pg->rank();
+  if (mismatch) {
+    auto model = std::make_shared<Net>();
+    if (pg->rank() > 0) model->register_parameter("surplus", torch::zeros({3}));
+    std::string what;
+    try {
+      lockstep::FullyShardedDataParallel f(model, pg);
+    } catch (const lockstep::ddp::ModelMismatch& e) {
+      what = e.what();
+    }
+    check("model mismatch detected", !what.empty(), what);
+  } else {
+    using S = fsdp::ShardingStrategy;
+    for (S s : {S::FullShard, S::ShardGradOp, S::NoShard}) {
+      const std::string n = fsdp::strategy_name(s);
+      run_case(pg, {n + " sgd f32", s, at::kFloat, false, 1e-5});
+      run_case(pg, {n + " adamw f64", s, at::kDouble, true, 1e-10});
+    }
+    run_case(pg, {"full_shard adamw f32", S::FullShard, at::kFloat, true, 1e-4});
+    run_case(pg,
+             {"full_shard sgd f64 no prefetch", S::FullShard, at::kDouble, false, 1e-12, false});
+    memory_and_state_dict(pg);
+    unit_twice(pg);
+  }
+  std::printf("rank %d: %d passed, %d failed\n", g_rank, g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}
