@@ -6,8 +6,10 @@
 #include <lockstep/parallel/fsdp/options.h>
 
 #include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
 #include <torch/ordered_dict.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -52,6 +54,23 @@ class FSDPCore {
   // and renamed) in the format of torch::save(module): torch::load(plain_module, path)
   // reads it into a non-FSDP copy of the model.
   void save_full_state_dict(const std::string& path);
+
+  // Sharded checkpoints (docs/fsdp.md, "State dicts"). Not collective: this rank's part,
+  // the bytes of a torch archive holding its shard of every unit, the units' layout, the
+  // world size and, if `opt` is given, the optimizer's state for the shards (SGD, Adam,
+  // AdamW). Store it as sharded_file_name(rank) next to the other ranks' files.
+  std::string sharded_state(const torch::optim::Optimizer* opt = nullptr) const;
+  static std::string sharded_file_name(int rank);  // "fsdp-shard-00003.pt"
+  // Not collective: loads a checkpoint written at any world size; `read(name)` returns the
+  // bytes of one of its files (it reads sharded_file_name(0) first, then those that
+  // overlap this rank's shards). A checkpoint of a different model is an error naming the
+  // unit or parameter; a missing file is an error naming it.
+  void load_sharded_state(const std::function<std::string(const std::string& name)>& read,
+                          torch::optim::Optimizer* opt = nullptr);
+  // Collective. Both through a directory: every rank writes into `dir`.tmp, then rank 0
+  // renames it to `dir` (replacing an older one), so a crash leaves the previous intact.
+  void save_sharded_state(const std::string& dir, const torch::optim::Optimizer* opt = nullptr);
+  void load_sharded_state(const std::string& dir, torch::optim::Optimizer* opt = nullptr);
 
   // Collective. Gathers every unit's full parameters (for evaluation code that reads
   // parameters) until release_full_params(). Not allowed during forward/backward.

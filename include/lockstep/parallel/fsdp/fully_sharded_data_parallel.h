@@ -63,6 +63,19 @@ class FullyShardedDataParallel {
   double clip_grad_norm(double max_norm) { return core_->clip_grad_norm(max_norm); }
   torch::OrderedDict<std::string, at::Tensor> full_state_dict() { return core_->full_state_dict(); }
   void save_full_state_dict(const std::string& path) { core_->save_full_state_dict(path); }
+  std::string sharded_state(const torch::optim::Optimizer* opt = nullptr) const {
+    return core_->sharded_state(opt);
+  }
+  void load_sharded_state(const std::function<std::string(const std::string&)>& read,
+                          torch::optim::Optimizer* opt = nullptr) {
+    core_->load_sharded_state(read, opt);
+  }
+  void save_sharded_state(const std::string& dir, const torch::optim::Optimizer* opt = nullptr) {
+    core_->save_sharded_state(dir, opt);
+  }
+  void load_sharded_state(const std::string& dir, torch::optim::Optimizer* opt = nullptr) {
+    core_->load_sharded_state(dir, opt);
+  }
   void summon_full_params() { core_->summon_full_params(); }
   void release_full_params() { core_->release_full_params(); }
   MemoryStats memory_stats() const { return core_->memory_stats(); }

@@ -1,7 +1,10 @@
 // lockstep/parallel/fsdp/options.h: how FullyShardedDataParallel shards, wraps and prefetches.
 #pragma once
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,9 +38,21 @@ WrapPolicy wrap_by_size(int64_t min_num_params);
 // Candidates whose inner module's name() (e.g. "torch::nn::LinearImpl") is one of `types`.
 WrapPolicy wrap_by_type(std::vector<std::string> types);
 
+// Mixed precision (docs/fsdp.md, "Mixed precision"). Unset fields keep the parameters' own
+// dtype. The fp32 (or whatever the model was built in) shard stays the master copy that
+// the optimizer updates; the gathered parameters the forward and backward see are in
+// param_dtype, gradients are reduced in reduce_dtype and arrive in the shard's dtype.
+struct MixedPrecision {
+  std::optional<at::ScalarType> param_dtype;   // compute and all-gather, e.g. at::kBFloat16
+  std::optional<at::ScalarType> reduce_dtype;  // gradient reduction (default: param_dtype)
+  std::optional<at::ScalarType> buffer_dtype;  // buffers (default: unchanged, e.g. BatchNorm
+                                               // statistics stay fp32)
+};
+
 struct FSDPOptions {
   ShardingStrategy strategy = ShardingStrategy::FullShard;
   WrapPolicy wrap_policy;  // empty: wrap_all()
+  MixedPrecision mixed_precision;
   // Gather the next unit's parameters (in reverse forward order) while the current unit's
   // gradients are computed. Prefetching is one unit deep, which is also the limit on
   // gathers in flight: at most the unit computing, the one prefetched and the root hold
