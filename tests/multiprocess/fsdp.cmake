@@ -25,3 +25,18 @@ foreach(backend shm gloo)
     ENVIRONMENT "LOCKSTEP_BACKEND=${backend};LOCKSTEP_TIMEOUT_S=30" TIMEOUT 120
     LABELS "multiprocess;fsdp")
 endforeach()
+
+# Sharded checkpoints: written at 4 ranks, loaded at 1, 2 and 3 (reshard on load).
+set(FSDP_CKPT ${CMAKE_CURRENT_BINARY_DIR}/fsdp_ckpt)
+add_test(NAME fsdp_sharded_save_np4
+         COMMAND ${RUN} --nproc-per-node 4 --master-port 0 $<TARGET_FILE:fsdp_equivalence>
+                 --save-sharded ${FSDP_CKPT})
+set_tests_properties(fsdp_sharded_save_np4 PROPERTIES FIXTURES_SETUP fsdp_ckpt
+  ENVIRONMENT "LOCKSTEP_BACKEND=shm;LOCKSTEP_TIMEOUT_S=60" TIMEOUT 120 LABELS "multiprocess;fsdp")
+foreach(np 1 2 3)
+  add_test(NAME fsdp_sharded_load_np${np}
+           COMMAND ${RUN} --nproc-per-node ${np} --master-port 0 $<TARGET_FILE:fsdp_equivalence>
+                   --load-sharded ${FSDP_CKPT})
+  set_tests_properties(fsdp_sharded_load_np${np} PROPERTIES FIXTURES_REQUIRED fsdp_ckpt
+    ENVIRONMENT "LOCKSTEP_BACKEND=gloo;LOCKSTEP_TIMEOUT_S=60" TIMEOUT 120 LABELS "multiprocess;fsdp")
+endforeach()

@@ -6,7 +6,10 @@
 // parameter unused in some steps. Also: the memory held per rank (the shards are 1/P of
 // the model, nothing stays gathered after a step), the full state dict loaded into a plain
 // copy of the model, and the errors for a unit run twice in one forward and for a model
-// that differs across ranks (--mismatch).
+// that differs across ranks (--mismatch). --save-sharded DIR / --load-sharded DIR: a sharded
+// checkpoint (AdamW state included) written at one world size and loaded at another gives
+// the same parameters, and training on from it the same parameters as training on at the
+// saving world size; damaged checkpoints give errors that name the file or unit.
 // Runs standalone under lockstep-run / mpirun; prints "N passed, M failed".
 #include <lockstep/lockstep.h>
 #include <lockstep/parallel/fsdp/fsdp.h>
@@ -16,6 +19,7 @@
 
 #include <unistd.h>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 namespace fsdp = lockstep::fsdp;
@@ -237,16 +241,126 @@ void unit_twice(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
         what.find("unit 'l' ran twice") != std::string::npos, what);
 }
 
+// --- sharded checkpoints ----------------------------------------------------------------
+
+constexpr int64_t kGlobalBatch = 12;  // splits evenly over 1, 2, 3 and 4 ranks
+
+void train_steps(lockstep::FullyShardedDataParallel<Net>& f, torch::optim::Optimizer& opt,
+                 int first, int count) {
+  const int P = f.process_group().size(), r = f.process_group().rank();
+  const int64_t B = kGlobalBatch / P;
+  for (int s = first; s < first + count; ++s) {
+    torch::manual_seed(500 + s);
+    auto x = torch::randn({kGlobalBatch, 6}, at::kDouble);
+    auto y = torch::randn({kGlobalBatch, 3}, at::kDouble);
+    torch::mse_loss(f(x.narrow(0, r * B, B), s % 2), y.narrow(0, r * B, B)).backward();
+    opt.step();
+    opt.zero_grad();
+  }
+}
+
+std::unique_ptr<lockstep::FullyShardedDataParallel<Net>> sharded_model(
+    const std::shared_ptr<lockstep::ProcessGroup>& pg, uint64_t seed) {
+  torch::manual_seed(seed);
+  auto model = std::make_shared<Net>();
+  model->to(at::kDouble);
+  return std::make_unique<lockstep::FullyShardedDataParallel<Net>>(model, pg);
+}
+
+torch::optim::AdamW adamw(std::vector<torch::Tensor> ps) {
+  return torch::optim::AdamW(std::move(ps), torch::optim::AdamWOptions(1e-2).weight_decay(0.05));
+}
+
+double diff_to_file(lockstep::FullyShardedDataParallel<Net>& f, const std::string& path) {
+  auto plain = std::make_shared<Net>();
+  plain->to(at::kDouble);
+  torch::load(plain, path);
+  f.summon_full_params();
+  const double d = max_diff(*f.module(), *plain);
+  f.release_full_params();
+  return d;
+}
+
+// Written at the saving world size: the checkpoint after 3 steps, and the full parameters
+// after 3 and after 5 steps.
+void save_sharded(const std::shared_ptr<lockstep::ProcessGroup>& pg, const std::string& dir) {
+  auto f = sharded_model(pg, 3);
+  auto opt = adamw(f->parameters());
+  train_steps(*f, opt, 0, 3);
+  f->save_sharded_state(dir + "/ckpt", &opt);
+  f->save_full_state_dict(dir + "/at3.pt");
+  train_steps(*f, opt, 3, 2);
+  f->save_full_state_dict(dir + "/at5.pt");
+  check(
+      "P=" + std::to_string(pg->size()) + " sharded checkpoint saved",
+      std::filesystem::exists(dir + "/ckpt/" + fsdp::FSDPCore::sharded_file_name(pg->size() - 1)));
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Damaged checkpoints (single rank): a missing file, another model, and the states a crash
+// during save can leave behind.
+void damaged_checkpoints(const std::shared_ptr<lockstep::ProcessGroup>& pg,
+                         const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string work = dir + "/damaged";
+  fs::remove_all(work);
+  fs::create_directories(work);
+  fs::copy(dir + "/ckpt", work + "/ckpt");
+  auto f = sharded_model(pg, 99);
+  auto opt = adamw(f->parameters());
+  // A crash between save's two renames leaves only ckpt.old.
+  fs::rename(work + "/ckpt", work + "/ckpt.old");
+  f->load_sharded_state(work + "/ckpt", &opt);
+  report("load falls back to ckpt.old", diff_to_file(*f, dir + "/at3.pt"), 0);
+  fs::rename(work + "/ckpt.old", work + "/ckpt");
+  fs::remove(work + "/ckpt/" + fsdp::FSDPCore::sharded_file_name(1));
+  std::string e = error_of([&] { f->load_sharded_state(work + "/ckpt", &opt); });
+  check("a missing shard file is named", e.find("fsdp-shard-00001.pt") != std::string::npos, e);
+  auto other = std::make_shared<Net>();
+  fsdp::FSDPOptions o;
+  o.wrap_policy = fsdp::wrap_by_size(100);  // only blk becomes a unit
+  lockstep::FullyShardedDataParallel g(other, pg, o);
+  e = error_of([&] { g.load_sharded_state(dir + "/ckpt"); });
+  check("another model's checkpoint is refused", e.find("different model") != std::string::npos, e);
+}
+
+void load_sharded(const std::shared_ptr<lockstep::ProcessGroup>& pg, const std::string& dir) {
+  const std::string tag = "P=" + std::to_string(pg->size()) + " sharded load";
+  auto f = sharded_model(pg, 99);  // other weights: the load must replace them all
+  auto opt = adamw(f->parameters());
+  f->load_sharded_state(dir + "/ckpt", &opt);
+  report(tag + ": params", diff_to_file(*f, dir + "/at3.pt"), 0);
+  train_steps(*f, opt, 3, 2);  // AdamW's moments and step count came back too
+  report(tag + ": 2 more steps", diff_to_file(*f, dir + "/at5.pt"), 1e-10);
+  if (pg->size() == 1) damaged_checkpoints(pg, dir);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"FSDP equivalence with a single-process reference"};
   bool mismatch = false;
+  std::string save_dir, load_dir;
   app.add_flag("--mismatch", mismatch, "rank > 0 builds a different model: expect ModelMismatch");
+  app.add_option("--save-sharded", save_dir, "write a sharded checkpoint and references into DIR");
+  app.add_option("--load-sharded", load_dir, "load the checkpoint of --save-sharded from DIR");
   CLI11_PARSE(app, argc, argv);
   auto pg = lockstep::init();
   g_rank = pg->rank();
-  if (mismatch) {
+  if (!save_dir.empty()) {
+    save_sharded(pg, save_dir);
+  } else if (!load_dir.empty()) {
+    load_sharded(pg, load_dir);
+  } else if (mismatch) {
     auto model = std::make_shared<Net>();
     if (pg->rank() > 0) model->register_parameter("surplus", torch::zeros({3}));
     std::string what;

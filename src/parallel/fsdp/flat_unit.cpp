@@ -36,6 +36,7 @@ FlatUnit::FlatUnit(std::string name, std::vector<std::string> param_names,
     if (p.requires_grad()) ++expected_grads_;
   }
   const int P = sharded() ? group_.size() : 1;
+  numel_ = total;
   padded_ = (total + P - 1) / P * P;
   shard_numel_ = padded_ / P;
 

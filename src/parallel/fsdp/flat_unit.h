@@ -33,6 +33,9 @@ class FlatUnit {
   const std::vector<at::Tensor>& params() const { return params_; }
   const at::Tensor& shard() const { return shard_; }
   int64_t padded_numel() const { return padded_; }
+  int64_t numel() const { return numel_; }  // without the padding
+  // Where this rank's shard starts in the unit's flat (unpadded) order.
+  int64_t shard_offset() const { return sharded() ? group_.rank() * shard_numel_ : 0; }
   bool sharded() const { return strategy_ != ShardingStrategy::NoShard; }
 
   // Parameters: start an all-gather of the shards (no-op if gathered or under way), wait
@@ -62,6 +65,7 @@ class FlatUnit {
   comm::ProcessGroup& group_;
   const ShardingStrategy strategy_;
   std::vector<int64_t> offsets_;
+  int64_t numel_ = 0;
   int64_t padded_ = 0;
   int64_t shard_numel_ = 0;
   at::Tensor full_;   // [padded]; storage 0 bytes while freed (sharded strategies)

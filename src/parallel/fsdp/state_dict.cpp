@@ -79,12 +79,17 @@ void FSDPCore::save_full_state_dict(const std::string& path) {
       failure = e.what();
     }
   }
-  // Everyone learns whether rank 0 succeeded (and the call returns once the file exists).
-  at::Tensor failed = at::full({1}, failure.empty() ? 0 : 1, at::kInt);
+  agree_or_throw(failure, "save_full_state_dict(" + path + ")");
+}
+
+void FSDPCore::agree_or_throw(const std::string& failure, const std::string& what) {
+  // The highest failing rank + 1, or 0: every rank learns whether all succeeded.
+  at::Tensor failed = at::full({1}, failure.empty() ? 0 : group_->rank() + 1, at::kInt);
   group_->allreduce(failed, {comm::ReduceOp::Max, comm::Millis(0)})->wait();
-  if (failed.item<int>() != 0)
-    throw Error(detail::concat("save_full_state_dict: rank 0 could not write ", path,
-                               failure.empty() ? "" : ": " + failure));
+  const int who = failed.item<int>() - 1;
+  if (who < 0) return;
+  throw Error(detail::concat(what, " failed on rank ", who, ": ",
+                             failure.empty() ? "see that rank's error" : failure));
 }
 
 }  // namespace lockstep::fsdp

@@ -103,6 +103,8 @@ class FSDPCore {
   void param_grad_ready(int unit, size_t param);
   void launch_ready_reductions();
   void finish_backward();
+  // Collective: throws on every rank if `failure` is set on any (naming the rank).
+  void agree_or_throw(const std::string& failure, const std::string& what);
 
   std::shared_ptr<torch::nn::Module> root_;
   std::shared_ptr<comm::ProcessGroup> group_;
