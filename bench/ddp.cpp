@@ -24,8 +24,6 @@
 #include "ddp_bench.h"
 #include "jobs.h"
 
-#include <lockstep/launch/rank_env.h>
-
 #include <unistd.h>
 #include <algorithm>
 #include <cstdio>
@@ -47,13 +45,7 @@ std::string loadavg() {
 
 // Every side runs with the same environment: one compute thread, and glibc malloc as
 // lockstep-run sets it up (large tensors stay in the heap; see docs/launcher.md).
-std::string rank_env_prefix() {
-  std::string env = "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 ";
-  for (const auto& [k, v] : launch::malloc_defaults({}))
-    env.append(k).append("=").append(v).append(" ");
-  return env;
-}
-const std::string kRankEnv = rank_env_prefix();
+const std::string kRankEnv = rank_environment();
 
 std::string worker_flags(const DdpArgs& a) {
   return " ddp --worker --steps " + std::to_string(a.steps) + " --warmup " +

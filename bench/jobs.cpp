@@ -1,5 +1,7 @@
 #include "jobs.h"
 
+#include <lockstep/launch/rank_env.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -34,6 +36,34 @@ std::map<std::string, double> run_job(const std::string& cmd) {
   }
   if (pclose(p) != 0) std::fprintf(stderr, "job failed: %s\n", cmd.c_str());
   return results;
+}
+
+JobOutput run_job_quiet(const std::string& cmd) {
+  JobOutput out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) {
+    out.status = -1;
+    return out;
+  }
+  char line[4096];
+  while (std::fgets(line, sizeof line, p)) {
+    char key[128];
+    double v;
+    const char* at = std::strstr(line, "RESULT ");
+    if (at && std::sscanf(at, "RESULT %127s %lf", key, &v) == 2)
+      out.results[key] = v;
+    else
+      out.output += line;
+  }
+  out.status = pclose(p);
+  return out;
+}
+
+std::string rank_environment() {
+  std::string env = "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 ";
+  for (const auto& [k, v] : launch::malloc_defaults({}))
+    env.append(k).append("=").append(v).append(" ");
+  return env;
 }
 
 std::string self_command() {

@@ -16,6 +16,21 @@ void report_result(int rank, const std::string& key, double value);
 // reported on stderr; what it printed before failing is still returned.
 std::map<std::string, double> run_job(const std::string& cmd);
 
+// A job's output, for drivers that print their own summary instead of the job's lines.
+struct JobOutput {
+  std::map<std::string, double> results;  // the RESULT values by key
+  int status = 0;                         // the shell's exit status (0: success)
+  std::string output;                     // everything else it printed
+};
+
+// Runs `cmd` through the shell (stderr joined to stdout) without echoing its lines.
+JobOutput run_job_quiet(const std::string& cmd);
+
+// The environment every rank of every side of a benchmark runs with: one compute thread,
+// and glibc malloc as lockstep-run sets it up (docs/launcher.md), as VAR=value words
+// followed by a space.
+std::string rank_environment();
+
 // The path of this program, quoted for the shell ('...').
 std::string self_command();
 

@@ -2,7 +2,10 @@
 # Installs every build, test and run dependency of lockstep from Debian 12's packages.
 # Does nothing when all are present. Runs as root, or through sudo when available.
 #   scripts/install-deps.sh          build + test dependencies
-#   scripts/install-deps.sh --bench  also the peers the benchmarks compare against (python3-torch)
+#   scripts/install-deps.sh --bench  also the peers the benchmarks compare against: python3-torch
+#                                    (PyTorch DDP) and, for lockstep-bench fsdp, a virtual
+#                                    environment .venv-bench/ with torch 2.x from PyPI (PyTorch's
+#                                    FSDP; Debian's torch 1.13 cannot import it under Python 3.11)
 set -euo pipefail
 
 pkgs=(
@@ -19,9 +22,25 @@ pkgs=(
   procps bc             # ps, bc: used by the fault tests
   python3               # tests/train/read_tfevents.py: an independent TensorBoard reader
 )
+bench=0
 if [[ "${1:-}" == "--bench" ]]; then
+  bench=1
   pkgs+=(python3-torch)   # the peer of lockstep-bench ddp: PyTorch's own DDP
+  pkgs+=(python3-venv)    # the venv of lockstep-bench fsdp's peer (below)
 fi
+
+# The peer of lockstep-bench fsdp: torch 2.x from PyPI in <source>/.venv-bench (ignored by git,
+# never used by make test or make demo). LOCKSTEP_BENCH_TORCH picks another version.
+bench_venv() {
+  local root venv spec
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  venv="$root/.venv-bench"
+  spec="${LOCKSTEP_BENCH_TORCH:-torch==2.15.0}"
+  if "$venv/bin/python" -c 'import torch.distributed.fsdp' 2>/dev/null; then return 0; fi
+  echo "install-deps: creating $venv with $spec from PyPI (several GB: the wheel pulls CUDA libraries)"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "$spec" numpy
+}
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -30,6 +49,7 @@ for p in "${pkgs[@]}"; do
   fi
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
+  if [[ $bench -eq 1 ]]; then bench_venv; fi
   exit 0
 fi
 
@@ -46,3 +66,4 @@ if ! "${apt[@]}" install -y --no-install-recommends "${missing[@]}"; then
   "${apt[@]}" update
   "${apt[@]}" install -y --no-install-recommends "${missing[@]}"
 fi
+if [[ $bench -eq 1 ]]; then bench_venv; fi
