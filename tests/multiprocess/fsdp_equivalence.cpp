@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 namespace fsdp = lockstep::fsdp;
@@ -34,6 +35,13 @@ void report(const std::string& what, double diff, double tol) {
   (ok ? g_passed : g_failed)++;
   std::fprintf(ok ? stdout : stderr, "rank %d %s %s: max |fsdp - reference| = %.3g (tol %.1g)\n",
                g_rank, ok ? "ok  " : "FAIL", what.c_str(), diff, tol);
+}
+
+std::string detail_of(double before, double after, double ref_before, double ref_after) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "full-batch loss %.4f -> %.4f (fp32: %.4f -> %.4f)", before, after,
+                ref_before, ref_after);
+  return buf;
 }
 
 void check(const std::string& what, bool ok, const std::string& detail = "") {
@@ -106,6 +114,10 @@ std::unique_ptr<torch::optim::Optimizer> make_opt(const Case& c, std::vector<tor
         std::move(ps), torch::optim::AdamWOptions(1e-2).weight_decay(0.05));
   return std::make_unique<torch::optim::SGD>(std::move(ps),
                                              torch::optim::SGDOptions(0.1).momentum(0.9));
+}
+
+torch::optim::AdamW adamw_opt(std::vector<torch::Tensor> ps) {
+  return torch::optim::AdamW(std::move(ps), torch::optim::AdamWOptions(1e-2).weight_decay(0.05));
 }
 
 double max_diff(const torch::nn::Module& a, const torch::nn::Module& b) {
@@ -241,9 +253,67 @@ void unit_twice(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
         what.find("unit 'l' ran twice") != std::string::npos, what);
 }
 
-// --- sharded checkpoints ----------------------------------------------------------------
-
 constexpr int64_t kGlobalBatch = 12;  // splits evenly over 1, 2, 3 and 4 ranks
+
+// Trains 40 AdamW steps on a full batch split over the ranks; returns the
+// full-batch loss before and after (every rank evaluates the whole batch).
+std::pair<double, double> train_mp(const std::shared_ptr<lockstep::ProcessGroup>& pg,
+                                   fsdp::FSDPOptions o, std::shared_ptr<Net>* model_out,
+                                   std::vector<at::Tensor>* shards_out) {
+  const int P = pg->size(), r = pg->rank();
+  torch::manual_seed(11);
+  auto model = std::make_shared<Net>();
+  lockstep::FullyShardedDataParallel f(model, pg, std::move(o));
+  torch::optim::AdamW opt(f.parameters(), torch::optim::AdamWOptions(3e-2).weight_decay(0));
+  torch::manual_seed(12);
+  const int64_t B = kGlobalBatch / P;
+  auto x = torch::randn({kGlobalBatch, 6});
+  auto y = 0.3 * x.matmul(torch::randn({6, 3}));
+  auto full_loss = [&] {
+    torch::NoGradGuard ng;
+    return torch::mse_loss(f(x, 0).to(at::kFloat), y).item<double>();
+  };
+  const double before = full_loss();
+  for (int s = 0; s < 40; ++s) {
+    torch::mse_loss(f(x.narrow(0, r * B, B), 0).to(at::kFloat), y.narrow(0, r * B, B)).backward();
+    opt.step();
+    opt.zero_grad();
+  }
+  const double after = full_loss();
+  if (shards_out != nullptr) *shards_out = f.parameters();
+  if (model_out != nullptr) {
+    f.summon_full_params();  // left gathered for the caller's look (f goes away)
+    *model_out = model;
+  }
+  return {before, after};
+}
+
+// bf16 compute and communication with fp32 master shards: the loss falls as in fp32, the
+// shards stay fp32, the gathered parameters are bf16.
+void mixed_precision(const std::shared_ptr<lockstep::ProcessGroup>& pg, fsdp::ShardingStrategy st,
+                     std::optional<at::ScalarType> reduce_dtype) {
+  const std::string tag = std::string(fsdp::strategy_name(st)) + " bf16 reduce " +
+                          (reduce_dtype ? "f32" : "bf16") + " P=" + std::to_string(pg->size());
+  fsdp::FSDPOptions o;
+  o.strategy = st;
+  const auto [ref_before, ref_after] = train_mp(pg, o, nullptr, nullptr);
+  o.mixed_precision.param_dtype = at::kBFloat16;
+  o.mixed_precision.reduce_dtype = reduce_dtype;
+  std::shared_ptr<Net> model;
+  std::vector<at::Tensor> shards;
+  const auto [before, after] = train_mp(pg, o, &model, &shards);
+  // bf16 rounding (8 bits of mantissa) moves the trajectory a little: within 2% of the
+  // starting loss of fp32's after 40 steps (measured: 0.4285 -> 0.3842 both, P = 1..4).
+  check(tag + " loss falls like fp32's",
+        after < 0.95 * before && std::abs(after - ref_after) < 0.02 * ref_before,
+        detail_of(before, after, ref_before, ref_after));
+  bool fp32 = true;
+  for (const auto& t : shards) fp32 = fp32 && t.scalar_type() == at::kFloat;
+  check(tag + " master shards fp32", fp32);
+  check(tag + " gathered parameters bf16", model->inp->weight.scalar_type() == at::kBFloat16);
+}
+
+// --- sharded checkpoints ----------------------------------------------------------------
 
 void train_steps(lockstep::FullyShardedDataParallel<Net>& f, torch::optim::Optimizer& opt,
                  int first, int count) {
@@ -267,10 +337,6 @@ std::unique_ptr<lockstep::FullyShardedDataParallel<Net>> sharded_model(
   return std::make_unique<lockstep::FullyShardedDataParallel<Net>>(model, pg);
 }
 
-torch::optim::AdamW adamw(std::vector<torch::Tensor> ps) {
-  return torch::optim::AdamW(std::move(ps), torch::optim::AdamWOptions(1e-2).weight_decay(0.05));
-}
-
 double diff_to_file(lockstep::FullyShardedDataParallel<Net>& f, const std::string& path) {
   auto plain = std::make_shared<Net>();
   plain->to(at::kDouble);
@@ -285,7 +351,7 @@ double diff_to_file(lockstep::FullyShardedDataParallel<Net>& f, const std::strin
 // after 3 and after 5 steps.
 void save_sharded(const std::shared_ptr<lockstep::ProcessGroup>& pg, const std::string& dir) {
   auto f = sharded_model(pg, 3);
-  auto opt = adamw(f->parameters());
+  auto opt = adamw_opt(f->parameters());
   train_steps(*f, opt, 0, 3);
   f->save_sharded_state(dir + "/ckpt", &opt);
   f->save_full_state_dict(dir + "/at3.pt");
@@ -316,7 +382,7 @@ void damaged_checkpoints(const std::shared_ptr<lockstep::ProcessGroup>& pg,
   fs::create_directories(work);
   fs::copy(dir + "/ckpt", work + "/ckpt");
   auto f = sharded_model(pg, 99);
-  auto opt = adamw(f->parameters());
+  auto opt = adamw_opt(f->parameters());
   // A crash between save's two renames leaves only ckpt.old.
   fs::rename(work + "/ckpt", work + "/ckpt.old");
   f->load_sharded_state(work + "/ckpt", &opt);
@@ -336,7 +402,7 @@ void damaged_checkpoints(const std::shared_ptr<lockstep::ProcessGroup>& pg,
 void load_sharded(const std::shared_ptr<lockstep::ProcessGroup>& pg, const std::string& dir) {
   const std::string tag = "P=" + std::to_string(pg->size()) + " sharded load";
   auto f = sharded_model(pg, 99);  // other weights: the load must replace them all
-  auto opt = adamw(f->parameters());
+  auto opt = adamw_opt(f->parameters());
   f->load_sharded_state(dir + "/ckpt", &opt);
   report(tag + ": params", diff_to_file(*f, dir + "/at3.pt"), 0);
   train_steps(*f, opt, 3, 2);  // AdamW's moments and step count came back too
@@ -381,6 +447,8 @@ int main(int argc, char** argv) {
     run_case(pg,
              {"full_shard sgd f64 no prefetch", S::FullShard, at::kDouble, false, 1e-12, false});
     memory_and_state_dict(pg);
+    mixed_precision(pg, S::FullShard, std::nullopt);  // reduce in bf16 too
+    mixed_precision(pg, S::NoShard, at::kFloat);      // reduce in fp32
     unit_twice(pg);
   }
   std::printf("rank %d: %d passed, %d failed\n", g_rank, g_passed, g_failed);

@@ -85,6 +85,11 @@ FSDPCore::FSDPCore(std::shared_ptr<torch::nn::Module> root,
   std::vector<at::Tensor> state = params;
   state.insert(state.end(), buffers_.begin(), buffers_.end());
   ddp::StateBroadcaster(state, group_).broadcast();  // rank 0's values everywhere
+  if (const auto dt = options_.mixed_precision.buffer_dtype) {
+    at::NoGradGuard no_grad;
+    for (auto& b : buffers_)
+      if (at::isFloatingType(b.scalar_type())) b.set_data(b.to(*dt));
+  }
   num_params_ = static_cast<int64_t>(root_->named_parameters(true).size());
 
   std::vector<Candidate> candidates;
@@ -132,7 +137,8 @@ void FSDPCore::build_units(std::vector<Candidate> candidates, const std::vector<
   for (auto& s : selected) {
     const int u = static_cast<int>(units_.size());
     units_.push_back(std::make_unique<FlatUnit>(s.c.name, std::move(s.names), std::move(s.params),
-                                                *group_, options_.strategy));
+                                                *group_, options_.strategy,
+                                                options_.mixed_precision));
     hooks_.push_back(std::make_unique<UnitHooksImpl>(*this, u, s.c.wrapper));
   }
   std::vector<std::string> root_names;
@@ -146,7 +152,8 @@ void FSDPCore::build_units(std::vector<Candidate> candidates, const std::vector<
   if (!root_params.empty()) {
     root_unit_ = static_cast<int>(units_.size());
     units_.push_back(std::make_unique<FlatUnit>("", std::move(root_names), std::move(root_params),
-                                                *group_, options_.strategy));
+                                                *group_, options_.strategy,
+                                                options_.mixed_precision));
   }
   for (int u = 0; u < num_units(); ++u) {
     const auto& ps = units_[static_cast<size_t>(u)]->params();
@@ -170,6 +177,12 @@ std::vector<at::Tensor> FSDPCore::parameters() const {
   std::vector<at::Tensor> out;
   for (const auto& u : units_) out.push_back(u->shard());
   return out;
+}
+
+at::Tensor FSDPCore::cast_input(const at::Tensor& t) const {
+  const auto& dt = options_.mixed_precision.param_dtype;
+  if (!dt || !t.defined() || !at::isFloatingType(t.scalar_type())) return t;
+  return t.to(*dt);
 }
 
 // --- forward ---------------------------------------------------------------------------

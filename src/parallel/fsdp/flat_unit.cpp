@@ -13,7 +13,7 @@ namespace lockstep::fsdp {
 
 FlatUnit::FlatUnit(std::string name, std::vector<std::string> param_names,
                    std::vector<at::Tensor> params, comm::ProcessGroup& group,
-                   ShardingStrategy strategy)
+                   ShardingStrategy strategy, const MixedPrecision& mp)
     : name_(std::move(name)),
       names_(std::move(param_names)),
       params_(std::move(params)),
@@ -40,19 +40,22 @@ FlatUnit::FlatUnit(std::string name, std::vector<std::string> param_names,
   padded_ = (total + P - 1) / P * P;
   shard_numel_ = padded_ / P;
 
+  const auto param_dtype = mp.param_dtype.value_or(dtype);
+  reduce_dtype_ = mp.reduce_dtype.value_or(param_dtype);
+  cast_ = param_dtype != dtype;
+
   at::NoGradGuard no_grad;
-  full_ = at::zeros({padded_}, params_[0].options().requires_grad(false));
-  for (size_t i = 0; i < params_.size(); ++i) {
-    auto slot = full_.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].sizes());
-    slot.copy_(params_[i].detach());
-    params_[i].set_data(slot);  // same leaf tensor, its data now a view into full_
-  }
-  if (sharded()) {
-    shard_ = full_.narrow(0, group_.rank() * shard_numel_, shard_numel_).clone();
-    free_full();
-  } else {
-    shard_ = full_.detach();  // NoShard: the parameters are views of the shard itself
-  }
+  at::Tensor master = at::zeros({padded_}, params_[0].options().requires_grad(false));
+  for (size_t i = 0; i < params_.size(); ++i)
+    master.narrow(0, offsets_[i], params_[i].numel()).copy_(params_[i].detach().reshape(-1));
+  full_ = cast_ ? master.to(param_dtype) : master;
+  for (size_t i = 0; i < params_.size(); ++i)  // same leaf tensors, now views into full_
+    params_[i].set_data(full_.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].sizes()));
+  if (sharded())
+    shard_ = master.narrow(0, group_.rank() * shard_numel_, shard_numel_).clone();
+  else  // NoShard: the parameters are views of the shard itself, unless they are cast
+    shard_ = cast_ ? master : full_.detach();
+  free_full();
   shard_.requires_grad_(true);
 }
 
@@ -62,10 +65,24 @@ int64_t FlatUnit::gathered_bytes() const { return static_cast<int64_t>(full_.sto
 
 void FlatUnit::begin_gather() {
   if (state_ != State::Free) return;
+  at::NoGradGuard no_grad;
+  if (!sharded()) {  // only when cast: the compute copy of the master
+    full_.copy_(shard_);
+    state_ = State::Gathered;
+    return;
+  }
   set_storage_bytes(padded_ * static_cast<int64_t>(full_.element_size()));
-  at::Tensor in = shard_.detach();
-  gather_work_ = group_.allgather(full_, in);
+  gather_in_ = cast_ ? shard_.detach().to(full_.scalar_type()) : shard_.detach();
+  gather_work_ = group_.allgather(full_, gather_in_);
   state_ = State::Gathering;
+}
+
+at::Tensor FlatUnit::gather_master() {
+  if (!sharded()) return shard_.detach();
+  at::Tensor out = at::empty({padded_}, shard_.options().requires_grad(false));
+  at::Tensor in = shard_.detach();
+  group_.allgather(out, in)->wait();
+  return out;
 }
 
 void FlatUnit::wait_gathered() {
@@ -73,17 +90,15 @@ void FlatUnit::wait_gathered() {
   if (state_ == State::Gathering) {
     gather_work_->wait();
     gather_work_.reset();
+    gather_in_ = at::Tensor();
     state_ = State::Gathered;
   }
 }
 
 void FlatUnit::free_full() {
-  if (!sharded() || state_ == State::Free) return;
-  if (state_ == State::Gathering) {  // never free memory a transfer is writing
-    gather_work_->wait();
-    gather_work_.reset();
-  }
-  set_storage_bytes(0);
+  if (state_ == State::Free || (!sharded() && !cast_)) return;
+  wait_gathered();                      // never free memory a transfer is writing
+  if (sharded()) set_storage_bytes(0);  // NoShard keeps its cast copy's memory
   state_ = State::Free;
 }
 
@@ -91,7 +106,8 @@ bool FlatUnit::param_grad_ready(size_t i) {
   auto& p = params_[i];
   at::Tensor& g = p.mutable_grad();
   if (g.defined()) {
-    if (!grad_full_.defined()) grad_full_ = at::zeros({padded_}, full_.options());
+    if (!grad_full_.defined())
+      grad_full_ = at::zeros({padded_}, full_.options().dtype(reduce_dtype_));
     at::NoGradGuard no_grad;
     grad_full_.narrow(0, offsets_[i], p.numel()).view(p.sizes()).add_(g);
     g = at::Tensor();  // the full gradient lives on only in the flat buffer
@@ -101,9 +117,10 @@ bool FlatUnit::param_grad_ready(size_t i) {
 
 void FlatUnit::begin_reduce() {
   LOCKSTEP_CHECK(reduce_work_ == nullptr, "FSDP unit '", name_, "': reduction launched twice");
-  if (!grad_full_.defined()) grad_full_ = at::zeros({padded_}, full_.options());
+  if (!grad_full_.defined())
+    grad_full_ = at::zeros({padded_}, full_.options().dtype(reduce_dtype_));
   if (sharded()) {
-    grad_shard_ = at::empty({shard_numel_}, full_.options());
+    grad_shard_ = at::empty({shard_numel_}, grad_full_.options());
     reduce_work_ =
         group_.reduce_scatter(grad_shard_, grad_full_, {comm::ReduceOp::Avg, comm::Millis(0)});
   } else {
@@ -117,11 +134,12 @@ void FlatUnit::finish_reduce() {
   reduce_work_->wait();
   reduce_work_.reset();
   at::Tensor& g = shard_.mutable_grad();
+  at::Tensor reduced = grad_shard_.to(shard_.scalar_type());  // the master's dtype
   if (g.defined()) {
     at::NoGradGuard no_grad;
-    g.add_(grad_shard_);
+    g.add_(reduced);
   } else {
-    g = grad_shard_;
+    g = reduced;
   }
   grad_full_ = at::Tensor();
   grad_shard_ = at::Tensor();

@@ -12,6 +12,11 @@
 // Gradients: autograd accumulates a full gradient into each parameter's .grad(); the unit
 // copies it into a flat gradient buffer and drops it, and once all have arrived (or at the
 // end of backward) reduce-scatters the buffer (average) into the shard's .grad().
+//
+// Mixed precision: `full` and the parameters are in param_dtype, the shard (the master)
+// keeps the parameters' own dtype; gathers cast the shard first, gradients are reduced in
+// reduce_dtype and cast to the master's dtype. Under NoShard `full` is then a cast copy of
+// the shard, refreshed at each gather.
 #pragma once
 #include <lockstep/comm/process_group.h>
 #include <lockstep/parallel/fsdp/options.h>
@@ -26,7 +31,7 @@ namespace lockstep::fsdp {
 class FlatUnit {
  public:
   FlatUnit(std::string name, std::vector<std::string> param_names, std::vector<at::Tensor> params,
-           comm::ProcessGroup& group, ShardingStrategy strategy);
+           comm::ProcessGroup& group, ShardingStrategy strategy, const MixedPrecision& mp);
 
   const std::string& name() const { return name_; }
   const std::vector<std::string>& param_names() const { return names_; }
@@ -46,6 +51,9 @@ class FlatUnit {
   bool gathered() const { return state_ == State::Gathered; }
   bool gathering() const { return state_ == State::Gathering; }
   int64_t gathered_bytes() const;
+  // Collective: the unit's master parameters (the shards' dtype), flat and padded, on every
+  // rank; a temporary (the shard itself for NoShard).
+  at::Tensor gather_master();
 
   // Gradients. param_grad_ready(i) moves parameter i's .grad() into the flat gradient and
   // returns true when every parameter of the unit that requires grad has reported.
@@ -68,8 +76,12 @@ class FlatUnit {
   int64_t numel_ = 0;
   int64_t padded_ = 0;
   int64_t shard_numel_ = 0;
-  at::Tensor full_;   // [padded]; storage 0 bytes while freed (sharded strategies)
-  at::Tensor shard_;  // [padded / P], leaf, requires grad; NoShard: full_ itself
+  at::Tensor full_;    // [padded], param dtype; storage 0 bytes while freed (sharded)
+  at::Tensor shard_;   // [padded / P], master dtype, leaf, requires grad; NoShard: full_
+                       // itself unless cast_
+  bool cast_ = false;  // mixed precision: full_ is in another dtype than shard_
+  at::ScalarType reduce_dtype_ = at::kFloat;
+  at::Tensor gather_in_;  // the cast shard an all-gather reads from
   State state_ = State::Gathered;
   comm::WorkPtr gather_work_;
 

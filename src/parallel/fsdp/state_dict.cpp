@@ -35,11 +35,14 @@ ByImpl gather_copies(std::vector<std::unique_ptr<FlatUnit>>& units,
                      const std::vector<at::Tensor>& buffers, int rank) {
   ByImpl out;
   for (auto& u : units) {
-    const bool was_gathered = u->gathered();
-    u->wait_gathered();
-    if (rank == 0)
-      for (const auto& p : u->params()) out.emplace(p.unsafeGetTensorImpl(), p.detach().clone());
-    if (!was_gathered) u->free_full();
+    const at::Tensor flat = u->gather_master();  // the master dtype, one unit at a time
+    if (rank != 0) continue;
+    int64_t offset = 0;
+    for (const auto& p : u->params()) {
+      out.emplace(p.unsafeGetTensorImpl(),
+                  flat.narrow(0, offset, p.numel()).view(p.sizes()).clone());
+      offset += p.numel();
+    }
   }
   if (rank == 0)
     for (const auto& b : buffers) out.emplace(b.unsafeGetTensorImpl(), b.detach().clone());

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <unordered_set>
 #include <vector>
 
@@ -34,6 +35,14 @@ class FSDPCore {
   ~FSDPCore();
   FSDPCore(const FSDPCore&) = delete;
   FSDPCore& operator=(const FSDPCore&) = delete;
+
+  // The root forward's arguments: floating-point tensors in param_dtype (mixed precision);
+  // anything else passes through.
+  at::Tensor cast_input(const at::Tensor& t) const;
+  template <class T, class = std::enable_if_t<!std::is_same_v<std::decay_t<T>, at::Tensor>>>
+  T&& cast_input(T&& x) const {
+    return std::forward<T>(x);
+  }
 
   // Around the root module's forward.
   void before_root_forward();

@@ -44,10 +44,11 @@ class FullyShardedDataParallel {
                            std::shared_ptr<comm::ProcessGroup> group, FSDPOptions options = {})
       : FullyShardedDataParallel(holder.ptr(), std::move(group), std::move(options)) {}
 
+  // Floating-point tensor arguments are cast to mixed_precision.param_dtype, if set.
   template <class... A>
   auto forward(A&&... args) {
     core_->before_root_forward();
-    auto out = module_->forward(std::forward<A>(args)...);
+    auto out = module_->forward(core_->cast_input(std::forward<A>(args))...);
     std::vector<at::Tensor> tensors;
     internal::collect(out, tensors);
     core_->after_root_forward(tensors);
