@@ -182,6 +182,12 @@ void run_case(const std::shared_ptr<lockstep::ProcessGroup>& pg, const Case& c) 
             std::to_string(m.gathered_bytes) + " bytes gathered");
       check(tag + " gradient shards", m.grad_bytes == m.shard_bytes,
             std::to_string(m.grad_bytes) + " vs " + std::to_string(m.shard_bytes));
+      // The global gradient norm over the shards (no clipping at this bound).
+      double sq = 0;
+      for (const auto& p : distinct(ref->parameters())) sq += p.grad().pow(2).sum().item<double>();
+      const double norm = model_fsdp.clip_grad_norm(1e9);
+      report(tag + " clip_grad_norm's norm", std::abs(norm - std::sqrt(sq)),
+             c.dtype == at::kFloat ? 1e-5 : 1e-12);
     }
     opt->step();
     ref_opt->step();
@@ -235,6 +241,16 @@ void memory_and_state_dict(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
   if (pg->rank() == 0) std::remove(path.c_str());
 }
 
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 void unit_twice(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
   struct Twice : torch::nn::Module {
     Twice() { l = register_module("l", fsdp::wrap(torch::nn::Linear(4, 4))); }
@@ -251,6 +267,10 @@ void unit_twice(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
   }
   check("unit called twice is an error naming it",
         what.find("unit 'l' ran twice") != std::string::npos, what);
+  model->register_parameter("late", torch::zeros({2}));
+  what = error_of([&] { f(torch::randn({2, 4})); });
+  check("a parameter added after wrapping is an error naming it",
+        what.find("(new: late)") != std::string::npos, what);
 }
 
 constexpr int64_t kGlobalBatch = 12;  // splits evenly over 1, 2, 3 and 4 ranks
@@ -360,16 +380,6 @@ void save_sharded(const std::shared_ptr<lockstep::ProcessGroup>& pg, const std::
   check(
       "P=" + std::to_string(pg->size()) + " sharded checkpoint saved",
       std::filesystem::exists(dir + "/ckpt/" + fsdp::FSDPCore::sharded_file_name(pg->size() - 1)));
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // Damaged checkpoints (single rank): a missing file, another model, and the states a crash
