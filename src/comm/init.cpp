@@ -136,10 +136,10 @@ bool store_check(const StorePtr& store, const std::string& key, const LaunchEnv&
 }
 
 // Every rank announces itself, then waits for all; on timeout the message lists who is missing.
-// Returns the hostname of every rank.
+// Returns every rank's `payload` (by default its hostname).
 std::vector<std::string> join(const StorePtr& store, const std::string& prefix, const LaunchEnv& e,
-                              Millis timeout) {
-  const std::string me = hostname();
+                              Millis timeout, const std::string& payload = hostname()) {
+  const std::string& me = payload;
   store->set(prefix + "join/" + std::to_string(e.rank), std::vector<uint8_t>(me.begin(), me.end()));
   const auto start = Clock::now();
   // Rank 0 hosts the store: it waits a little longer, so the others can read the store
@@ -191,25 +191,31 @@ std::string resolve_backend(const std::string& requested, const LaunchEnv& env_)
   return env_.single_node() ? "shm" : "gloo";
 }
 
-std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
-  const LaunchEnv e = options.env ? *options.env : LaunchEnv::from_environment();
-  const std::string backend = resolve_backend(options.backend, e);
+namespace {
+
+ProcessGroupOptions group_options(const InitOptions& options) {
   ProcessGroupOptions pgo;
   pgo.timeout = default_timeout(options);
   check_timeout(pgo.timeout);
   pgo.check_collectives = check_collectives(options);
+  return pgo;
+}
 
-  if (backend == "mpi")
-    return std::make_shared<ProcessGroup>(make_mpi_backend(e, pgo.timeout), pgo);
-
-  // Groups made in the same order on every rank get the same key namespace.
+// Groups made in the same order on every rank get the same key namespace.
+std::string next_prefix() {
   static std::atomic<int> generation{0};
-  const std::string prefix = "lockstep/" + std::to_string(generation++) + "/";
-  StorePtr store = shared_store(e, pgo.timeout);
-  const auto hosts = join(store, prefix, e, pgo.timeout);
+  return "lockstep/" + std::to_string(generation++) + "/";
+}
+
+// The shm or gloo group of the ranks in `e` (hosts: each one's hostname), rendezvousing
+// under `prefix` in `store`, which must outlive the group.
+std::shared_ptr<ProcessGroup> make_group(const std::string& backend, const StorePtr& store,
+                                         const std::string& prefix, const LaunchEnv& e,
+                                         const std::vector<std::string>& hosts,
+                                         const ProcessGroupOptions& pgo) {
   std::unique_ptr<Backend> b;
   if (backend == "shm") {
-    for (int r = 0; r < e.world_size; ++r)
+    for (size_t r = 0; r < hosts.size(); ++r)
       if (hosts[r] != hosts[0])
         throw ConfigError(
             detail::concat("backend shm needs every rank on one node, but rank 0 is on ", hosts[0],
@@ -221,6 +227,52 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   // The store must outlive the group: rank 0 hosts it for every other rank.
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(b), pgo),
                                        [store](ProcessGroup* pg) { delete pg; });
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
+  const LaunchEnv e = options.env ? *options.env : LaunchEnv::from_environment();
+  const std::string backend = resolve_backend(options.backend, e);
+  const ProcessGroupOptions pgo = group_options(options);
+  if (backend == "mpi")
+    return std::make_shared<ProcessGroup>(make_mpi_backend(e, pgo.timeout), pgo);
+  const std::string prefix = next_prefix();
+  StorePtr store = shared_store(e, pgo.timeout);
+  const auto hosts = join(store, prefix, e, pgo.timeout);
+  return make_group(backend, store, prefix, e, hosts, pgo);
+}
+
+std::shared_ptr<ProcessGroup> init_split(int color, const InitOptions& options) {
+  const LaunchEnv e = options.env ? *options.env : LaunchEnv::from_environment();
+  const std::string backend = resolve_backend(options.backend, e);
+  if (backend == "mpi")
+    throw ConfigError(
+        "process subgroups (init_split) are not available on the mpi backend yet; "
+        "use shm or gloo (LOCKSTEP_BACKEND=shm|gloo)");
+  LOCKSTEP_CHECK(color >= 0, "init_split: color must be >= 0, got ", color);
+  const ProcessGroupOptions pgo = group_options(options);
+  const std::string prefix = next_prefix();
+  StorePtr store = shared_store(e, pgo.timeout);
+  const std::string me = hostname();
+  const auto all = join(store, prefix, e, pgo.timeout, std::to_string(color) + " " + me);
+  LaunchEnv sub = e;  // the members, in world rank order
+  sub.world_size = sub.local_world_size = 0;
+  std::vector<std::string> hosts;
+  for (int r = 0; r < e.world_size; ++r) {
+    const auto space = all[r].find(' ');
+    if (std::stoi(all[r].substr(0, space)) != color) continue;
+    const std::string host = all[r].substr(space + 1);
+    if (r == e.rank) sub.rank = sub.world_size;
+    if (host == me) {
+      if (r == e.rank) sub.local_rank = sub.local_world_size;
+      ++sub.local_world_size;
+    }
+    hosts.push_back(host);
+    ++sub.world_size;
+  }
+  return make_group(backend, store, prefix + "color" + std::to_string(color) + "/", sub, hosts,
+                    pgo);
 }
 
 }  // namespace lockstep::comm

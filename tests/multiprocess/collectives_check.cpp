@@ -134,6 +134,29 @@ int run_mismatch(ProcessGroup& pg) {
 
 }  // namespace
 
+// Subgroups (init_split): even and odd ranks, in rank order; collectives stay inside
+// each, and run while the world group is used too.
+void split_groups(ProcessGroup& world) {
+  const int r = world.rank(), p = world.size();
+  auto sub = lockstep::init_split(r % 2);
+  const int members = (p - r % 2 + 1) / 2;
+  expect("split: size", at::scalar_tensor(sub->size()), at::scalar_tensor(members));
+  expect("split: rank", at::scalar_tensor(sub->rank()), at::scalar_tensor(r / 2));
+  at::Tensor x = at::full({1000}, double(r + 1), at::kDouble);
+  at::Tensor w = at::ones({3}, at::kDouble);
+  auto ws = world.allreduce(w);
+  sub->allreduce(x)->wait();
+  ws->wait();
+  double want = 0;  // the sum of (q + 1) over the ranks q of my parity
+  for (int q = r % 2; q < p; q += 2) want += q + 1;
+  expect("split: allreduce inside the subgroup", x, at::full({1000}, want, at::kDouble));
+  expect("split: world alongside", w, at::full({3}, double(p), at::kDouble));
+  at::Tensor g = at::empty({members}, at::kDouble);
+  at::Tensor mine = at::full({1}, double(r), at::kDouble);
+  sub->allgather(g, mine)->wait();
+  expect("split: allgather in world rank order", g, at::arange(r % 2, p, 2, at::kDouble));
+}
+
 int main(int argc, char** argv) {
   CLI::App app{
       "collectives_check: every collective on every dtype and size against closed-form "
@@ -194,6 +217,7 @@ int main(int argc, char** argv) {
     const double tri = pg->size() * (pg->size() + 1) / 2.0;
     expect("two groups: first", a, f_times(tri, 4096, 0, at::kFloat));
     expect("two groups: second", b, f_times(2 * tri, 4096, 0, at::kFloat));
+    if (pg->backend_name() != "mpi") split_groups(*pg);
     std::printf("rank %d/%d [%s]: %d passed, %d failed\n", pg->rank(), pg->size(),
                 pg->backend_name().c_str(), g_passed, g_failed);
     if (pg->rank() == 0) std::printf("%d passed, %d failed\n", g_passed, g_failed);

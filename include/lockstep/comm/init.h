@@ -26,12 +26,19 @@ struct InitOptions {
 std::shared_ptr<ProcessGroup> init(const InitOptions& options = {});
 
 // The backend `auto` resolves to for this environment.
+// Collective over the whole job (every rank calls it, in the same order relative to other
+// init/init_split calls): a new group of the ranks that pass the same `color` (>= 0),
+// ordered by their rank in the job. For hierarchical schemes such as FSDP's HYBRID_SHARD:
+// init_split(node) for the ranks of one node, init_split(local_rank) for one rank per node.
+// shm and gloo; the mpi backend throws ConfigError (not available yet).
+std::shared_ptr<ProcessGroup> init_split(int color, const InitOptions& options = {});
 std::string resolve_backend(const std::string& requested, const LaunchEnv& env);
 
 }  // namespace lockstep::comm
 
 namespace lockstep {
 using comm::init;
+using comm::init_split;
 using comm::InitOptions;
 using comm::ProcessGroup;
 }  // namespace lockstep
