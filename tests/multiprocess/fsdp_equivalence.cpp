@@ -106,6 +106,8 @@ struct Case {
   bool adamw = false;
   double tol = 1e-10;
   bool prefetch = true;
+  // hybrid_shard: the group FSDP shards over, and the replicas' group.
+  std::shared_ptr<lockstep::ProcessGroup> shard_group = nullptr, replicate_group = nullptr;
 };
 
 std::unique_ptr<torch::optim::Optimizer> make_opt(const Case& c, std::vector<torch::Tensor> ps) {
@@ -159,7 +161,8 @@ void run_case(const std::shared_ptr<lockstep::ProcessGroup>& pg, const Case& c) 
   o.strategy = c.strategy;
   o.backward_prefetch = c.prefetch;
   o.forward_prefetch = c.prefetch;
-  lockstep::FullyShardedDataParallel model_fsdp(model, pg, o);
+  o.replicate_group = c.replicate_group;
+  lockstep::FullyShardedDataParallel model_fsdp(model, c.shard_group ? c.shard_group : pg, o);
   torch::manual_seed(1000);
   auto ref = std::make_shared<Net>();
   ref->to(c.dtype);
@@ -454,6 +457,20 @@ int main(int argc, char** argv) {
       run_case(pg, {n + " adamw f64", s, at::kDouble, true, 1e-10});
     }
     run_case(pg, {"full_shard adamw f32", S::FullShard, at::kFloat, true, 1e-4});
+    if (pg->backend_name() != "mpi") {  // subgroups: shm and gloo
+      // Two "nodes" when P is even (P = 4: shards over {0,1} and {2,3}, replicas {0,2}
+      // and {1,3}), else one.
+      const int per_node = pg->size() % 2 == 0 ? pg->size() / 2 : pg->size();
+      Case h{"hybrid_shard adamw f64", S::HybridShard, at::kDouble, true, 1e-10};
+      h.shard_group = lockstep::init_split(pg->rank() / per_node);
+      h.replicate_group = lockstep::init_split(pg->rank() % per_node);
+      run_case(pg, h);
+      h.name = "hybrid_shard sgd f32";
+      h.dtype = at::kFloat;
+      h.adamw = false;
+      h.tol = 1e-5;
+      run_case(pg, h);
+    }
     run_case(pg,
              {"full_shard sgd f64 no prefetch", S::FullShard, at::kDouble, false, 1e-12, false});
     memory_and_state_dict(pg);

@@ -75,7 +75,15 @@ FSDPCore::FSDPCore(std::shared_ptr<torch::nn::Module> root,
   std::vector<at::Tensor> params;
   std::unordered_set<ImplPtr> shared;
   distinct_parameters(*root_, names, params, shared);
+  const bool hybrid = options_.strategy == ShardingStrategy::HybridShard;
+  if (hybrid && !options_.replicate_group)
+    throw InvalidArgument(
+        "FSDP hybrid_shard needs FSDPOptions::replicate_group: the group FSDP gets shards "
+        "(e.g. lockstep::init_split(node)), the replicate group holds the other copies of "
+        "this rank's shard (e.g. lockstep::init_split(local_rank))");
+  if (!hybrid) options_.replicate_group.reset();
   ddp::verify_same_model(*group_, names, params);
+  if (hybrid) ddp::verify_same_model(*options_.replicate_group, names, params);
   std::unordered_set<ImplPtr> seen;
   for (const auto& item : root_->named_buffers(/*recurse=*/true))
     if (seen.insert(item.value().unsafeGetTensorImpl()).second) {
@@ -84,6 +92,7 @@ FSDPCore::FSDPCore(std::shared_ptr<torch::nn::Module> root,
     }
   std::vector<at::Tensor> state = params;
   state.insert(state.end(), buffers_.begin(), buffers_.end());
+  if (hybrid) ddp::StateBroadcaster(state, options_.replicate_group).broadcast();
   ddp::StateBroadcaster(state, group_).broadcast();  // rank 0's values everywhere
   if (const auto dt = options_.mixed_precision.buffer_dtype) {
     at::NoGradGuard no_grad;
@@ -136,9 +145,9 @@ void FSDPCore::build_units(std::vector<Candidate> candidates, const std::vector<
   std::reverse(selected.begin(), selected.end());  // model order: outer units first
   for (auto& s : selected) {
     const int u = static_cast<int>(units_.size());
-    units_.push_back(std::make_unique<FlatUnit>(s.c.name, std::move(s.names), std::move(s.params),
-                                                *group_, options_.strategy,
-                                                options_.mixed_precision));
+    units_.push_back(std::make_unique<FlatUnit>(
+        s.c.name, std::move(s.names), std::move(s.params), *group_, options_.strategy,
+        options_.mixed_precision, options_.replicate_group.get()));
     hooks_.push_back(std::make_unique<UnitHooksImpl>(*this, u, s.c.wrapper));
   }
   std::vector<std::string> root_names;
@@ -151,9 +160,9 @@ void FSDPCore::build_units(std::vector<Candidate> candidates, const std::vector<
     }
   if (!root_params.empty()) {
     root_unit_ = static_cast<int>(units_.size());
-    units_.push_back(std::make_unique<FlatUnit>("", std::move(root_names), std::move(root_params),
-                                                *group_, options_.strategy,
-                                                options_.mixed_precision));
+    units_.push_back(std::make_unique<FlatUnit>(
+        "", std::move(root_names), std::move(root_params), *group_, options_.strategy,
+        options_.mixed_precision, options_.replicate_group.get()));
   }
   for (int u = 0; u < num_units(); ++u) {
     const auto& ps = units_[static_cast<size_t>(u)]->params();

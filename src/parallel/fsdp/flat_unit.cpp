@@ -13,11 +13,13 @@ namespace lockstep::fsdp {
 
 FlatUnit::FlatUnit(std::string name, std::vector<std::string> param_names,
                    std::vector<at::Tensor> params, comm::ProcessGroup& group,
-                   ShardingStrategy strategy, const MixedPrecision& mp)
+                   ShardingStrategy strategy, const MixedPrecision& mp,
+                   comm::ProcessGroup* replicate)
     : name_(std::move(name)),
       names_(std::move(param_names)),
       params_(std::move(params)),
       group_(group),
+      replicate_(replicate),
       strategy_(strategy) {
   LOCKSTEP_CHECK(!params_.empty(), "FSDP unit '", name_, "' has no parameters");
   const auto dtype = params_[0].scalar_type();
@@ -133,6 +135,8 @@ void FlatUnit::finish_reduce() {
   if (reduce_work_ == nullptr) return;
   reduce_work_->wait();
   reduce_work_.reset();
+  if (replicate_ != nullptr && replicate_->size() > 1)  // the shard's copies elsewhere
+    replicate_->allreduce(grad_shard_, {comm::ReduceOp::Avg, comm::Millis(0)})->wait();
   at::Tensor& g = shard_.mutable_grad();
   at::Tensor reduced = grad_shard_.to(shard_.scalar_type());  // the master's dtype
   if (g.defined()) {

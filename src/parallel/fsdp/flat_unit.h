@@ -31,7 +31,8 @@ namespace lockstep::fsdp {
 class FlatUnit {
  public:
   FlatUnit(std::string name, std::vector<std::string> param_names, std::vector<at::Tensor> params,
-           comm::ProcessGroup& group, ShardingStrategy strategy, const MixedPrecision& mp);
+           comm::ProcessGroup& group, ShardingStrategy strategy, const MixedPrecision& mp,
+           comm::ProcessGroup* replicate = nullptr);
 
   const std::string& name() const { return name_; }
   const std::vector<std::string>& param_names() const { return names_; }
@@ -71,6 +72,7 @@ class FlatUnit {
   const std::vector<std::string> names_;
   const std::vector<at::Tensor> params_;
   comm::ProcessGroup& group_;
+  comm::ProcessGroup* const replicate_;  // HybridShard: gradients are averaged across it too
   const ShardingStrategy strategy_;
   std::vector<int64_t> offsets_;
   int64_t numel_ = 0;

@@ -295,7 +295,9 @@ void FSDPCore::load_sharded_state(const std::function<std::string(const std::str
 
 void FSDPCore::save_sharded_state(const std::string& dir, const torch::optim::Optimizer* opt) {
   const std::string tmp = dir + ".tmp", old = dir + ".old";
-  const bool root = group_->rank() == 0;
+  const bool root = is_writer();
+  // Hybrid: the first replica writes; the others hold the same shards.
+  const bool writes = !options_.replicate_group || options_.replicate_group->rank() == 0;
   std::string failure;
   auto attempt = [&failure](const std::function<void()>& step) {
     if (!failure.empty()) return;
@@ -311,7 +313,8 @@ void FSDPCore::save_sharded_state(const std::string& dir, const torch::optim::Op
       fs::create_directories(tmp);
     });
   agree_or_throw(failure, "save_sharded_state(" + dir + ")");
-  attempt([&] { write_file(tmp + "/" + sharded_file_name(group_->rank()), sharded_state(opt)); });
+  if (writes)
+    attempt([&] { write_file(tmp + "/" + sharded_file_name(group_->rank()), sharded_state(opt)); });
   agree_or_throw(failure, "save_sharded_state(" + dir + ")");
   if (root)  // a crash between the renames leaves `old`, which load_sharded_state falls back to
     attempt([&] {

@@ -32,11 +32,11 @@ void write_module(const torch::nn::Module& m, const ByImpl& values,
 
 // Rank 0's copies of every parameter and buffer, keyed by tensor (empty elsewhere).
 ByImpl gather_copies(std::vector<std::unique_ptr<FlatUnit>>& units,
-                     const std::vector<at::Tensor>& buffers, int rank) {
+                     const std::vector<at::Tensor>& buffers, bool keep) {
   ByImpl out;
   for (auto& u : units) {
     const at::Tensor flat = u->gather_master();  // the master dtype, one unit at a time
-    if (rank != 0) continue;
+    if (!keep) continue;
     int64_t offset = 0;
     for (const auto& p : u->params()) {
       out.emplace(p.unsafeGetTensorImpl(),
@@ -44,7 +44,7 @@ ByImpl gather_copies(std::vector<std::unique_ptr<FlatUnit>>& units,
       offset += p.numel();
     }
   }
-  if (rank == 0)
+  if (keep)
     for (const auto& b : buffers) out.emplace(b.unsafeGetTensorImpl(), b.detach().clone());
   return out;
 }
@@ -54,9 +54,9 @@ ByImpl gather_copies(std::vector<std::unique_ptr<FlatUnit>>& units,
 torch::OrderedDict<std::string, at::Tensor> FSDPCore::full_state_dict() {
   LOCKSTEP_CHECK(!in_forward_ && !backward_started_,
                  "full_state_dict: not allowed during forward or backward");
-  const ByImpl values = gather_copies(units_, buffers_, group_->rank());
+  const ByImpl values = gather_copies(units_, buffers_, is_writer());
   torch::OrderedDict<std::string, at::Tensor> out;
-  if (group_->rank() != 0) return out;
+  if (!is_writer()) return out;
   for (const auto& p : root_->named_parameters(true))
     out.insert(p.key(), values.at(p.value().unsafeGetTensorImpl()));
   for (const auto& b : root_->named_buffers(true))
@@ -67,9 +67,9 @@ torch::OrderedDict<std::string, at::Tensor> FSDPCore::full_state_dict() {
 void FSDPCore::save_full_state_dict(const std::string& path) {
   LOCKSTEP_CHECK(!in_forward_ && !backward_started_,
                  "save_full_state_dict: not allowed during forward or backward");
-  const ByImpl values = gather_copies(units_, buffers_, group_->rank());
+  const ByImpl values = gather_copies(units_, buffers_, is_writer());
   std::string failure;
-  if (group_->rank() == 0) {
+  if (is_writer()) {
     const std::string tmp = path + ".tmp";
     try {
       torch::serialize::OutputArchive ar;
@@ -85,10 +85,17 @@ void FSDPCore::save_full_state_dict(const std::string& path) {
   agree_or_throw(failure, "save_full_state_dict(" + path + ")");
 }
 
+bool FSDPCore::is_writer() const {
+  const auto& rep = options_.replicate_group;
+  return group_->rank() == 0 && (!rep || rep->rank() == 0);
+}
+
 void FSDPCore::agree_or_throw(const std::string& failure, const std::string& what) {
   // The highest failing rank + 1, or 0: every rank learns whether all succeeded.
   at::Tensor failed = at::full({1}, failure.empty() ? 0 : group_->rank() + 1, at::kInt);
   group_->allreduce(failed, {comm::ReduceOp::Max, comm::Millis(0)})->wait();
+  if (const auto& rep = options_.replicate_group)  // hybrid: the other replicas learn it too
+    rep->allreduce(failed, {comm::ReduceOp::Max, comm::Millis(0)})->wait();
   const int who = failed.item<int>() - 1;
   if (who < 0) return;
   throw Error(detail::concat(what, " failed on rank ", who, ": ",

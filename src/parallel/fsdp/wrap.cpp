@@ -33,16 +33,19 @@ const char* strategy_name(ShardingStrategy s) {
       return "shard_grad_op";
     case ShardingStrategy::NoShard:
       return "no_shard";
+    case ShardingStrategy::HybridShard:
+      return "hybrid_shard";
   }
   return "?";
 }
 
 ShardingStrategy parse_strategy(const std::string& name) {
-  for (auto s :
-       {ShardingStrategy::FullShard, ShardingStrategy::ShardGradOp, ShardingStrategy::NoShard})
+  for (auto s : {ShardingStrategy::FullShard, ShardingStrategy::ShardGradOp,
+                 ShardingStrategy::NoShard, ShardingStrategy::HybridShard})
     if (name == strategy_name(s)) return s;
-  throw InvalidArgument(detail::concat("unknown FSDP sharding strategy '", name,
-                                       "': use full_shard, shard_grad_op or no_shard"));
+  throw InvalidArgument(
+      detail::concat("unknown FSDP sharding strategy '", name,
+                     "': use full_shard, shard_grad_op, no_shard or hybrid_shard"));
 }
 
 WrapPolicy wrap_all() {

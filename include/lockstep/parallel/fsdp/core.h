@@ -112,6 +112,9 @@ class FSDPCore {
   void param_grad_ready(int unit, size_t param);
   void launch_ready_reductions();
   void finish_backward();
+  // The rank that writes full state dicts and renames checkpoint directories: rank 0 of
+  // the group (of the first replica, under hybrid_shard).
+  bool is_writer() const;
   // Collective: throws on every rank if `failure` is set on any (naming the rank).
   void agree_or_throw(const std::string& failure, const std::string& what);
 

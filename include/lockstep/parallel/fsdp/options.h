@@ -4,12 +4,16 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace torch::nn {
 class Module;
+}
+namespace lockstep::comm {
+class ProcessGroup;
 }
 
 namespace lockstep::fsdp {
@@ -19,9 +23,11 @@ enum class ShardingStrategy {
   FullShard,    // ZeRO-3: gathered for forward, freed, gathered again for backward, freed.
   ShardGradOp,  // ZeRO-2: gathered for forward and kept until the unit's backward is done.
   NoShard,      // DDP: every rank keeps all parameters; gradients are all-reduced.
+  HybridShard,  // FullShard inside the group FSDP is given (e.g. one node), replicated
+                // across FSDPOptions::replicate_group (one rank per node).
 };
 const char* strategy_name(ShardingStrategy s);
-// "full_shard", "shard_grad_op", "no_shard" (as strategy_name prints them); throws
+// "full_shard", "shard_grad_op", "no_shard", "hybrid_shard" (as strategy_name prints them); throws
 // InvalidArgument listing the valid names otherwise.
 ShardingStrategy parse_strategy(const std::string& name);
 
@@ -53,6 +59,9 @@ struct FSDPOptions {
   ShardingStrategy strategy = ShardingStrategy::FullShard;
   WrapPolicy wrap_policy;  // empty: wrap_all()
   MixedPrecision mixed_precision;
+  // HybridShard only: the ranks holding the same shard as this one (the others of its
+  // column), e.g. init_split(local_rank) beside a shard group init_split(node).
+  std::shared_ptr<comm::ProcessGroup> replicate_group;
   // Gather the next unit's parameters (in reverse forward order) while the current unit's
   // gradients are computed. Prefetching is one unit deep, which is also the limit on
   // gathers in flight: at most the unit computing, the one prefetched and the root hold
