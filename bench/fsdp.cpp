@@ -36,15 +36,22 @@ std::string loadavg() {
   return a + " " + b + " " + c;
 }
 
+std::string malloc_environment(const std::string& mode) {
+  if (mode == "mmap")
+    return "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 "
+           "MALLOC_MMAP_THRESHOLD_=1048576 ";
+  return rank_environment();
+}
+
 std::string lockstep_job(const FsdpArgs& a, const std::string& strategy, int n,
-                         const ModelShape& shape, int64_t cap_bytes) {
+                         const ModelShape& shape, int64_t cap_bytes, const std::string& env) {
   std::string flags = " fsdp --worker --strategy " + strategy + shape.flags() + " --steps " +
                       std::to_string(a.steps) + " --warmup " + std::to_string(a.warmup);
   if (cap_bytes > 0) flags += " --cap-bytes " + std::to_string(cap_bytes);
   if (a.profile && cap_bytes == 0) flags += " --profile";
   // Under a cap DDP's buckets go to private memory, where RLIMIT_DATA counts them.
   if (cap_bytes > 0 && strategy == "ddp") flags += " --private-buckets";
-  return rank_environment() + "LOCKSTEP_BACKEND=shm timeout -k 10 " +
+  return (env.empty() ? rank_environment() : env) + "LOCKSTEP_BACKEND=shm timeout -k 10 " +
          std::to_string(a.job_timeout_s) + " '" LOCKSTEP_RUN_PATH "' --nproc-per-node " +
          std::to_string(n) + " --master-port 0 " + self_command() + flags;
 }
@@ -141,14 +148,16 @@ void print_header(const FsdpArgs& a) {
       sysconf(_SC_NPROCESSORS_ONLN));
 }
 
-// The caps: DDP first, then FULL_SHARD starting from DDP's largest.
+// The caps, per malloc setting and rank count: DDP first, then FULL_SHARD starting from
+// DDP's largest.
 std::vector<CapSearch> run_caps(const FsdpArgs& a) {
   std::vector<CapSearch> out;
   if (a.skip_cap) return out;
-  for (const int n : rank_counts(a.cap_nprocs)) {
-    out.push_back(search_cap(a, "ddp", n, 1));
-    out.push_back(search_cap(a, "full_shard", n, std::max(1, out.back().best_layers)));
-  }
+  for (const auto& mode : split_csv(a.cap_malloc))
+    for (const int n : rank_counts(a.cap_nprocs)) {
+      out.push_back(search_cap(a, "ddp", mode, n, 1));
+      out.push_back(search_cap(a, "full_shard", mode, n, std::max(1, out.back().best_layers)));
+    }
   return out;
 }
 
@@ -225,10 +234,24 @@ void add_driver_options(CLI::App* app, FsdpArgs& a) {
   app->add_flag("--skip-peer", a.skip_peer, "leave PyTorch's FSDP out");
   app->add_option("--python", a.python,
                   "the peer's interpreter (default: <source>/.venv-bench/bin/python)");
-  app->add_option("--cap", a.cap, "per-rank memory cap (RLIMIT_DATA) of the largest-model search")
+  app->add_option(
+         "--cap", a.cap,
+         "per-rank memory cap (RLIMIT_DATA) of the largest-model search (--preset 100m: 2GiB)")
       ->capture_default_str();
   app->add_option("--cap-nproc", a.cap_nprocs, "rank counts of the cap search")
       ->check(check_nprocs)
+      ->capture_default_str();
+  app->add_option("--cap-malloc", a.cap_malloc,
+                  "malloc settings of the cap search: heap (lockstep-run's defaults), mmap "
+                  "(MALLOC_MMAP_THRESHOLD_=1MiB)")
+      ->check([](const std::string& csv) {
+        for (const auto& m : split_csv(csv))
+          if (m != "heap" && m != "mmap") return "unknown malloc setting '" + m + "' (heap, mmap)";
+        return std::string();
+      })
+      ->capture_default_str();
+  app->add_option("--cap-steps", a.cap_steps, "steps each attempt of the cap search must complete")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app->add_option("--cap-max-layers", a.cap_max_layers, "the search stops there")
       ->check(CLI::PositiveNumber)
@@ -261,7 +284,7 @@ Command fsdp_command(CLI::App& bench) {
               if (app->count("--d-model") == 0) a->shape.d_model = 1024;
               if (app->count("--layers") == 0) a->shape.layers = 8;
             }
-            if (!a->worker && app->count("--cap") == 0 && *preset == "100m") a->cap = "3GiB";
+            if (!a->worker && app->count("--cap") == 0 && *preset == "100m") a->cap = "2GiB";
             return a->worker ? fsdp_worker(*a) : run_driver(*a);
           }};
 }

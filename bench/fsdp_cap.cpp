@@ -34,8 +34,10 @@ bool attempt(const FsdpArgs& a, CapSearch& s, int layers) {
   shape.layers = layers;
   FsdpArgs job = a;
   job.warmup = 0;
+  job.steps = a.cap_steps;
   const double t0 = now_s();
-  const JobOutput out = run_job_quiet(lockstep_job(job, s.strategy, s.ranks, shape, s.cap));
+  const JobOutput out = run_job_quiet(
+      lockstep_job(job, s.strategy, s.ranks, shape, s.cap, malloc_environment(s.malloc_mode)));
   const bool ok = out.status == 0 && out.results.count("completed") != 0;
   s.attempts.emplace_back(layers, ok);
   std::printf("  %s, %d ranks, %d layers (%.1fM parameters): %s  [%.0f s, load %s]\n",
@@ -56,13 +58,16 @@ bool attempt(const FsdpArgs& a, CapSearch& s, int layers) {
 
 }  // namespace
 
-CapSearch search_cap(const FsdpArgs& a, const std::string& strategy, int n, int start_layers) {
+CapSearch search_cap(const FsdpArgs& a, const std::string& strategy, const std::string& malloc_mode,
+                     int n, int start_layers) {
   CapSearch s;
   s.strategy = strategy;
+  s.malloc_mode = malloc_mode;
   s.ranks = n;
   s.cap = parse_size(a.cap);
-  std::printf("\n== largest model under RLIMIT_DATA %s per rank: %s, %d ranks, %d steps\n",
-              a.cap.c_str(), strategy.c_str(), n, a.steps);
+  std::printf(
+      "\n== largest model under RLIMIT_DATA %s per rank: %s, %d ranks, %d steps, malloc %s\n",
+      a.cap.c_str(), strategy.c_str(), n, a.cap_steps, malloc_mode.c_str());
   int lo = 0, hi = a.cap_max_layers + 1;  // lo completed (0: none yet), hi failed (or beyond)
   int next = std::min(std::max(1, start_layers), a.cap_max_layers);
   while (hi - lo > 1) {

@@ -15,14 +15,22 @@ namespace lockstep::bench {
 using Result = std::map<std::string, double>;  // RESULT key -> value
 
 // The command of one lockstep job: `n` ranks under lockstep-run on shm, `strategy` (ddp or an
-// FSDP strategy) on `shape`, each rank under an RLIMIT_DATA of `cap_bytes` (0: none).
+// FSDP strategy) on `shape`, each rank under an RLIMIT_DATA of `cap_bytes` (0: none), with
+// the environment `env` (default: rank_environment()).
 std::string lockstep_job(const FsdpArgs& a, const std::string& strategy, int n,
-                         const ModelShape& shape, int64_t cap_bytes);
+                         const ModelShape& shape, int64_t cap_bytes, const std::string& env = "");
+
+// How glibc malloc serves large blocks in a capped job: "heap" = lockstep-run's defaults
+// (MALLOC_MMAP_MAX_=0: from the heap, never returned; fast, but the heap keeps its peak and
+// its holes), "mmap" = MALLOC_MMAP_THRESHOLD_=1MiB (each large block its own mapping,
+// returned to the system when freed).
+std::string malloc_environment(const std::string& mode);
 std::string loadavg();
 
 // One search for the largest model (in layers) that completes `a.steps` steps under the cap.
 struct CapSearch {
   std::string strategy;
+  std::string malloc_mode;  // "heap" or "mmap" (malloc_environment)
   int ranks = 0;
   int64_t cap = 0;
   int best_layers = 0;     // 0: not even 1 layer fits
@@ -31,7 +39,8 @@ struct CapSearch {
   std::vector<std::pair<int, bool>> attempts;  // (layers, completed), in the order tried
   Result at_best;                              // the worker's figures at best_layers
 };
-CapSearch search_cap(const FsdpArgs& a, const std::string& strategy, int n, int start_layers);
+CapSearch search_cap(const FsdpArgs& a, const std::string& strategy, const std::string& malloc_mode,
+                     int n, int start_layers);
 
 // Everything the tables are made of.
 struct FsdpReport {

@@ -118,7 +118,7 @@ void print_profile(const FsdpReport& rep) {
 
 void print_caps(const FsdpReport& rep) {
   if (rep.caps.empty()) return;
-  Table t({"strategy", "ranks", "cap (RLIMIT_DATA)", "largest layers", "parameters",
+  Table t({"strategy", "ranks", "malloc", "cap (RLIMIT_DATA)", "largest layers", "parameters",
            "first failing", "why", "peak RSS MB at largest", "VmData at init MB", "attempts"});
   for (const auto& c : rep.caps) {
     ModelShape s = rep.a.shape;
@@ -126,13 +126,14 @@ void print_caps(const FsdpReport& rep) {
     std::string tries;
     for (const auto& [l, ok] : c.attempts)
       tries += (tries.empty() ? "" : " ") + std::to_string(l) + (ok ? "+" : "-");
-    t.add({c.strategy, std::to_string(c.ranks), format_size(c.cap), std::to_string(c.best_layers),
+    t.add({c.strategy, std::to_string(c.ranks), c.malloc_mode, format_size(c.cap),
+           std::to_string(c.best_layers),
            c.best_layers ? num(s.total_params() / 1e6, 1, "M") : "none",
            c.first_failing < 0 ? "none" : std::to_string(c.first_failing), c.failure,
            mb(&c.at_best, "rss_peak"), mb(&c.at_best, "vmdata_base"), tries});
   }
   std::printf("\nlargest model under a per-rank cap (%d steps each; DDP with private buckets)\n%s",
-              rep.a.steps, t.str().c_str());
+              rep.a.cap_steps, t.str().c_str());
 }
 
 void target(const char* what, double v, double bound, bool at_most, const char* unit = "x") {
@@ -160,7 +161,7 @@ void print_targets(const FsdpReport& rep) {
     sf.layers = f.best_layers;
     const double r = d.best_layers ? double(sf.total_params()) / double(sd.total_params()) : NAN;
     target(("largest model under the cap, FULL_SHARD / DDP parameters, " + std::to_string(d.ranks) +
-            " ranks")
+            " ranks, malloc " + d.malloc_mode)
                .c_str(),
            r,
            d.ranks == 2   ? 1.8
@@ -205,14 +206,14 @@ void write_csv(const FsdpReport& rep, const std::string& path) {
   if (rep.caps.empty()) return;
   const std::string cap_path = path.substr(0, path.rfind(".csv")) + "-cap.csv";
   std::ofstream cap(cap_path);
-  cap << "strategy,ranks,cap_bytes,largest_layers,largest_params,first_failing,failure,"
+  cap << "strategy,malloc,ranks,cap_bytes,largest_layers,largest_params,first_failing,failure,"
          "rss_peak_at_largest,attempts\n";
   for (const auto& c : rep.caps) {
     ModelShape s = rep.a.shape;
     s.layers = c.best_layers;
-    cap << c.strategy << "," << c.ranks << "," << c.cap << "," << c.best_layers << ","
-        << (c.best_layers ? s.total_params() : 0) << "," << c.first_failing << ",\"" << c.failure
-        << "\"," << val(&c.at_best, "rss_peak") << ",";
+    cap << c.strategy << "," << c.malloc_mode << "," << c.ranks << "," << c.cap << ","
+        << c.best_layers << "," << (c.best_layers ? s.total_params() : 0) << "," << c.first_failing
+        << ",\"" << c.failure << "\"," << val(&c.at_best, "rss_peak") << ",";
     for (const auto& [l, ok] : c.attempts) cap << l << (ok ? "+" : "-") << " ";
     cap << "\n";
   }

@@ -50,6 +50,7 @@ struct Measured {
   double loss_first = NAN, loss_last = NAN;
   int64_t state_peak = 0, state_end = 0, activations = 0;
   int64_t full_at_peak = 0;  // of state_peak: the module's own parameters and their gradients
+  int64_t build_peak = 0;    // peak tensor bytes before training (model, wrapper, optimizer)
 };
 
 // The model state at one moment: all of it, and the part the module's own parameters and
@@ -91,6 +92,7 @@ template <class Par>
 Measured train(Par& par, torch::optim::AdamW& opt, ProcessGroup& g, const FsdpArgs& a,
                const Batches& batches, Probe& probe, const TensorsFn& state_tensors) {
   Measured m;
+  m.build_peak = peak_tensor_bytes();
   const size_t module_params = par.module()->parameters().size();
   auto state = [&] { return model_state(state_tensors, module_params, opt).total; };
   auto sample = [&] {
@@ -163,6 +165,8 @@ void report_memory(ProcessGroup& g, const Measured& m, const ProcMemory& base, i
   const std::map<std::string, double> mem{{"rss_base", double(base.rss)},
                                           {"rss_peak", double(end.hwm)},
                                           {"vmdata_base", double(base.data)},
+                                          {"vmdata_end", double(end.data)},
+                                          {"tensor_peak_build", double(m.build_peak)},
                                           {"state_peak", double(m.state_peak)},
                                           {"state_end", double(m.state_end)},
                                           {"tensor_start", double(tensor_start)},
