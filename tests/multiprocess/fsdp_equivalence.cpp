@@ -244,6 +244,50 @@ void memory_and_state_dict(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
   if (pg->rank() == 0) std::remove(path.c_str());
 }
 
+constexpr int64_t kGlobalBatch = 12;  // splits evenly over 1, 2, 3 and 4 ranks
+
+// A Sequential auto-wrapped with wrap_children: each child with parameters is a unit,
+// names are those of the plain Sequential, training equals the reference.
+struct SeqNet : torch::nn::Module {
+  explicit SeqNet(bool wrapped) {
+    torch::nn::Sequential s(torch::nn::Linear(6, 9), torch::nn::Tanh(), torch::nn::Linear(9, 7),
+                            torch::nn::ReLU(), torch::nn::Linear(7, 3));
+    seq = register_module("seq", wrapped ? fsdp::wrap_children(s) : s);
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return seq->forward(x); }
+  torch::nn::Sequential seq{nullptr};
+};
+
+void sequential(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
+  const int P = pg->size(), r = pg->rank();
+  torch::manual_seed(21 + r);
+  auto model = std::make_shared<SeqNet>(true);
+  model->to(at::kDouble);
+  lockstep::FullyShardedDataParallel f(model, pg);
+  torch::manual_seed(21);
+  auto ref = std::make_shared<SeqNet>(false);
+  ref->to(at::kDouble);
+  torch::optim::SGD opt(f.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  for (int s = 0; s < 4; ++s) {
+    torch::manual_seed(300 + s);
+    auto x = torch::randn({kGlobalBatch, 6}, at::kDouble);
+    auto y = torch::randn({kGlobalBatch, 3}, at::kDouble);
+    const int64_t B = kGlobalBatch / P;
+    torch::mse_loss(f(x.narrow(0, r * B, B)), y.narrow(0, r * B, B)).backward();
+    torch::mse_loss(ref->forward(x), y).backward();
+    opt.step();
+    ref_opt.step();
+    opt.zero_grad();
+    ref_opt.zero_grad();
+  }
+  check("P=" + std::to_string(P) + " wrap_children: 3 units", f.core().num_units() == 3,
+        std::to_string(f.core().num_units()));
+  f.summon_full_params();
+  report("P=" + std::to_string(P) + " wrap_children sgd f64 params", max_diff(*model, *ref), 1e-12);
+  f.release_full_params();
+}
+
 template <class F>
 std::string error_of(F&& f) {
   try {
@@ -275,8 +319,6 @@ void unit_twice(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
   check("a parameter added after wrapping is an error naming it",
         what.find("(new: late)") != std::string::npos, what);
 }
-
-constexpr int64_t kGlobalBatch = 12;  // splits evenly over 1, 2, 3 and 4 ranks
 
 // Trains 40 AdamW steps on a full batch split over the ranks; returns the
 // full-batch loss before and after (every rank evaluates the whole batch).
@@ -474,6 +516,7 @@ int main(int argc, char** argv) {
     run_case(pg,
              {"full_shard sgd f64 no prefetch", S::FullShard, at::kDouble, false, 1e-12, false});
     memory_and_state_dict(pg);
+    sequential(pg);
     mixed_precision(pg, S::FullShard, std::nullopt);  // reduce in bf16 too
     mixed_precision(pg, S::NoShard, at::kFloat);      // reduce in fp32
     unit_twice(pg);

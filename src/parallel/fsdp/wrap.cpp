@@ -25,6 +25,25 @@ void WrapBase::pretty_print(std::ostream& stream) const {
   stream << ")";
 }
 
+WrapAnyImpl::WrapAnyImpl(torch::nn::AnyModule inner)
+    : WrapBase(inner.ptr()), any_(std::move(inner)) {}
+
+at::Tensor WrapAnyImpl::forward(const at::Tensor& x) {
+  if (hooks_ == nullptr) return any_.forward(x);
+  hooks_->pre_forward();
+  at::Tensor out = any_.forward(x);
+  hooks_->post_forward({out});
+  return out;
+}
+
+torch::nn::Sequential wrap_children(const torch::nn::Sequential& seq) {
+  torch::nn::Sequential out;
+  const auto names = seq->named_children();
+  size_t i = 0;
+  for (const auto& any : *seq) out->push_back(names[i++].key(), WrapAny(any).ptr());
+  return out;
+}
+
 const char* strategy_name(ShardingStrategy s) {
   switch (s) {
     case ShardingStrategy::FullShard:

@@ -20,6 +20,8 @@
 // parameters) and ends (free them, and attach the pre-backward hooks to the outputs).
 #pragma once
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/pimpl.h>
 
 #include <memory>
@@ -103,6 +105,23 @@ class Wrapped : public torch::nn::ModuleHolder<WrapImpl<M>> {
     return this->get()->forward(std::forward<A>(args)...);
   }
 };
+
+// A type-erased wrapper for the children of a torch::nn::Sequential (tensor in, tensor
+// out, as Sequential chains them).
+class WrapAnyImpl : public WrapBase {
+ public:
+  explicit WrapAnyImpl(torch::nn::AnyModule inner);
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  torch::nn::AnyModule any_;
+};
+TORCH_MODULE(WrapAny);
+
+// Auto-wrap of a Sequential: a new Sequential of the same children (same names, same
+// parameter tensors), each behind a wrapper, so that the wrap policy can make each child
+// a unit. Use it in place of the original: `seq = register_module("seq", wrap_children(seq))`.
+torch::nn::Sequential wrap_children(const torch::nn::Sequential& seq);
 
 template <class M>
 Wrapped<M> wrap(std::shared_ptr<M> module) {
