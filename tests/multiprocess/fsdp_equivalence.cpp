@@ -221,6 +221,26 @@ void memory_and_state_dict(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
             std::to_string(bound));
   check("P=" + std::to_string(P) + " nothing gathered after construction", m.gathered_bytes == 0,
         std::to_string(m.gathered_bytes));
+  {
+    // After an AdamW step: parameters + gradients + moments = 4 x the shard, 1/P of DDP's
+    // 4 x the model (up to the padding), and nothing gathered.
+    torch::optim::AdamW opt(f.parameters());
+    torch::mse_loss(f(torch::randn({4, 6}, at::kDouble), 0), torch::zeros({4, 3}, at::kDouble))
+        .backward();
+    opt.step();
+    int64_t opt_bytes = 0;
+    for (const auto& [key, st] : opt.state()) {
+      const auto& s = static_cast<const torch::optim::AdamWParamState&>(*st);
+      opt_bytes += (s.exp_avg().numel() + s.exp_avg_sq().numel()) * 8;
+    }
+    const auto after = f.memory_stats();
+    const int64_t held = after.shard_bytes + after.grad_bytes + opt_bytes + after.gathered_bytes;
+    check("P=" + std::to_string(P) +
+              " model state after a step <= 4 x 8 bytes x (model + padding) / P",
+          held == 4 * m.shard_bytes && held <= 4 * 8 * bound,
+          std::to_string(held) + " bytes per rank, DDP: " + std::to_string(4 * 8 * total));
+    opt.zero_grad();
+  }
 
   torch::manual_seed(5);
   auto x = torch::randn({8, 6}, at::kDouble);
