@@ -85,11 +85,8 @@ FSDPCore::FSDPCore(std::shared_ptr<torch::nn::Module> root,
   ddp::verify_same_model(*group_, names, params);
   if (hybrid) ddp::verify_same_model(*options_.replicate_group, names, params);
   std::unordered_set<ImplPtr> seen;
-  for (const auto& item : root_->named_buffers(/*recurse=*/true))
-    if (seen.insert(item.value().unsafeGetTensorImpl()).second) {
-      buffer_names_.push_back(item.key());
-      buffers_.push_back(item.value());
-    }
+  for (const auto& b : root_->buffers(/*recurse=*/true))
+    if (seen.insert(b.unsafeGetTensorImpl()).second) buffers_.push_back(b);
   std::vector<at::Tensor> state = params;
   state.insert(state.end(), buffers_.begin(), buffers_.end());
   if (hybrid) ddp::StateBroadcaster(state, options_.replicate_group).broadcast();

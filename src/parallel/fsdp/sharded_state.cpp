@@ -127,17 +127,20 @@ struct ShardFile {
   bool sharded = true;
 };
 
-ShardFile open_file(const std::function<std::string(const std::string&)>& read, int rank) {
-  ShardFile f;
-  f.name = FSDPCore::sharded_file_name(rank);
-  const std::string bytes = read(f.name);
+using ShardFiles = std::map<int, std::unique_ptr<ShardFile>>;
+
+std::unique_ptr<ShardFile> open_file(const std::function<std::string(const std::string&)>& read,
+                                     int rank) {
+  auto f = std::make_unique<ShardFile>();
+  f->name = FSDPCore::sharded_file_name(rank);
+  const std::string bytes = read(f->name);
   try {
-    f.archive.load_from(bytes.data(), bytes.size());
-    if (read_string(f.archive, "format") != kFormat) throw Error("unknown format");
-    f.sharded = read_int(f.archive, "sharded") != 0;
+    f->archive.load_from(bytes.data(), bytes.size());
+    if (read_string(f->archive, "format") != kFormat) throw Error("unknown format");
+    f->sharded = read_int(f->archive, "sharded") != 0;
   } catch (const std::exception& e) {
-    throw Error(detail::concat("FSDP checkpoint file ", f.name, " is not a ", kFormat, " archive (",
-                               e.what(), "); was it written by save_sharded_state?"));
+    throw Error(detail::concat("FSDP checkpoint file ", f->name, " is not a ", kFormat,
+                               " archive (", e.what(), "); was it written by save_sharded_state?"));
   }
   return f;
 }
@@ -189,15 +192,15 @@ void read_opt_range(InputArchive& ua, const std::string& file, const FlatUnit& u
 
 // Unit k of the checkpoint into `u`: for each part of this rank's range, the file that
 // holds it (file q holds [q * n_old, (q + 1) * n_old) when sharded; file 0 all otherwise).
-void load_unit(FlatUnit& u, size_t k, std::map<int, ShardFile>& files,
+void load_unit(FlatUnit& u, size_t k, ShardFiles& files,
                const std::function<std::string(const std::string&)>& read,
                torch::optim::Optimizer* opt, const std::string& want_kind) {
   const std::string key = "unit" + std::to_string(k);
   InputArchive first_unit;
-  files.at(0).archive.read(key, first_unit);
-  check_layout(u, files.at(0).name, read_string(first_unit, "name"),
+  files.at(0)->archive.read(key, first_unit);
+  check_layout(u, files.at(0)->name, read_string(first_unit, "name"),
                read_string(first_unit, "layout"));
-  const bool sharded = files.at(0).sharded;
+  const bool sharded = files.at(0)->sharded;
   const int64_t n_old = read_tensor(first_unit, "shard").numel();
   const int64_t lo = u.shard_offset();
   const int64_t hi = std::min(u.numel(), lo + u.shard().numel());
@@ -211,11 +214,11 @@ void load_unit(FlatUnit& u, size_t k, std::map<int, ShardFile>& files,
     const int q = sharded ? static_cast<int>(pos / n_old) : 0;
     if (files.count(q) == 0) files.emplace(q, open_file(read, q));
     InputArchive ua;
-    files.at(q).archive.read(key, ua);
+    files.at(q)->archive.read(key, ua);
     const int64_t f_off = read_int(ua, "offset");
     const int64_t end = std::min(hi, f_off + n_old);
     copy_range(ua, "shard", f_off, shard, lo, pos, end);
-    read_opt_range(ua, files.at(q).name, u, want_kind, f_off, pos, end, st);
+    read_opt_range(ua, files.at(q)->name, u, want_kind, f_off, pos, end, st);
     pos = end;
   }
   if (opt != nullptr && st.kind != "none") set_state(*opt, shard, st);
@@ -281,9 +284,9 @@ void FSDPCore::load_sharded_state(const std::function<std::string(const std::str
   LOCKSTEP_CHECK(!in_forward_ && !backward_started_,
                  "load_sharded_state: not allowed during forward or backward");
   for (auto& u : units_) u->free_full();  // gathered copies would be stale
-  std::map<int, ShardFile> files;
+  ShardFiles files;
   files.emplace(0, open_file(read, 0));
-  ShardFile& first = files.at(0);
+  ShardFile& first = *files.at(0);
   const int64_t saved_units = read_int(first.archive, "num_units");
   if (saved_units != static_cast<int64_t>(units_.size()))
     throw InvalidArgument(detail::concat("FSDP checkpoint ", first.name, " holds ", saved_units,

@@ -88,9 +88,9 @@ class FSDPCore {
 
   MemoryStats memory_stats() const;
   int num_units() const { return static_cast<int>(units_.size()); }
-  // Unit i's name in the model ("" for the root) and its parameter names.
-  std::string unit_name(int i) const;
-  std::vector<std::string> unit_param_names(int i) const;
+  // Unit u's name in the model ("" for the root) and its parameter names.
+  std::string unit_name(int u) const;
+  std::vector<std::string> unit_param_names(int u) const;
   comm::ProcessGroup& group() { return *group_; }
   const FSDPOptions& options() const { return options_; }
 
@@ -109,7 +109,7 @@ class FSDPCore {
   bool keep_after_forward() const;
   void attach_pre_backward(int unit, const std::vector<at::Tensor>& outputs);
   void ensure_backward_started();
-  void param_grad_ready(int unit, size_t param);
+  void param_grad_ready(int u, size_t i);
   void launch_ready_reductions();
   void finish_backward();
   // The rank that writes full state dicts and renames checkpoint directories: rank 0 of
@@ -126,7 +126,6 @@ class FSDPCore {
   int root_unit_ = -1;                            // -1: every parameter is in a wrapped unit
   std::vector<std::unique_ptr<UnitHooksImpl>> hooks_;
   std::vector<compat::PostHookHandle> grad_hooks_;
-  std::vector<std::string> buffer_names_;
   std::vector<at::Tensor> buffers_;
 
   // The iteration in progress.
