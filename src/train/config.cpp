@@ -2,6 +2,7 @@
 // key of the trainer's sections and of the workload's.
 #include <lockstep/train/config.h>
 
+#include <lockstep/parallel/fsdp/options.h>
 #include <lockstep/train/config_schema.h>
 
 #include <toml++/toml.h>
@@ -56,6 +57,31 @@ ConfigValue value_of(const toml::node& n) {
   return v;
 }
 
+// The names fsdp::parse_strategy accepts, in the order docs/trainer.md lists them.
+std::vector<std::string> sharding_names() {
+  using fsdp::ShardingStrategy;
+  std::vector<std::string> out;
+  for (auto s :
+       {ShardingStrategy::FullShard, ShardingStrategy::ShardGradOp, ShardingStrategy::NoShard})
+    out.emplace_back(fsdp::strategy_name(s));
+  return out;
+}
+
+void declare_strategy_keys(ConfigSchema& s, StrategyConfig& c) {
+  s.one_of("strategy.kind", c.kind, {"single", "ddp", "fsdp"});
+  s.one_of("strategy.comm_hook", c.comm_hook, {"none", "bf16", "qsgd"});
+  s.i64("strategy.qsgd_bits", c.qsgd_bits, 1, 32);
+  s.i64("strategy.qsgd_bucket_size", c.qsgd_bucket_size, 1);
+  s.one_of("strategy.backend", c.backend, {"auto", "shm", "gloo", "mpi"});
+  s.one_of("strategy.sharding", c.sharding, sharding_names());
+  s.one_of("strategy.wrap", c.wrap, {"all", "size"});
+  s.i64("strategy.wrap_min_params", c.wrap_min_params, 1);
+  s.one_of("strategy.param_dtype", c.param_dtype, {"", "float32", "bfloat16"});
+  s.one_of("strategy.reduce_dtype", c.reduce_dtype, {"", "float32", "bfloat16"});
+  s.boolean("strategy.backward_prefetch", c.backward_prefetch);
+  s.boolean("strategy.forward_prefetch", c.forward_prefetch);
+}
+
 // The trainer's own keys; the workload adds its own to the same schema.
 void declare_trainer_keys(ConfigSchema& s, TrainConfig& c,
                           const std::vector<std::string>& gate_metrics) {
@@ -83,11 +109,7 @@ void declare_trainer_keys(ConfigSchema& s, TrainConfig& c,
   s.i64("train.max_steps", t.max_steps, 0);
   s.i64("train.stop_after_steps", t.stop_after_steps, 0);
   s.i64("train.threads", t.threads, 1);
-  s.one_of("strategy.kind", c.strategy.kind, {"single", "ddp"});
-  s.one_of("strategy.comm_hook", c.strategy.comm_hook, {"none", "bf16", "qsgd"});
-  s.i64("strategy.qsgd_bits", c.strategy.qsgd_bits, 1, 32);
-  s.i64("strategy.qsgd_bucket_size", c.strategy.qsgd_bucket_size, 1);
-  s.one_of("strategy.backend", c.strategy.backend, {"auto", "shm", "gloo", "mpi"});
+  declare_strategy_keys(s, c.strategy);
   s.one_of("eval.metric", c.eval.metric, gate_metrics);
   s.f64("eval.threshold", c.eval.threshold, 0, 1);
   s.i64("checkpoint.every_steps", c.checkpoint.every_steps, 0);
@@ -111,6 +133,18 @@ void apply(const ConfigSchema& schema, const toml::table& root) {
                                        section, "]), got ", value_of(node).type_name()));
     for (const auto& [leaf, value] : *node.as_table())
       schema.set(section + "." + std::string(leaf.str()), value_of(value));
+  }
+}
+
+// Checks across the trainer's keys once all are set. `root` gives the offending key's line.
+void validate_trainer_keys(const TrainConfig& c, const toml::table& root) {
+  const auto& st = c.strategy;
+  if (st.kind == "fsdp" && st.comm_hook != "none") {
+    const toml::node* n = root["strategy"]["comm_hook"].node();
+    throw ConfigError((n ? where(*n) : c.source + ": ") + "key 'strategy.comm_hook' = '" +
+                      st.comm_hook +
+                      "' is a DDP communication hook; strategy.kind = \"fsdp\" reduce-scatters "
+                      "gradients itself: set comm_hook = \"none\" or kind = \"ddp\"");
   }
 }
 
@@ -194,6 +228,7 @@ LoadedConfig finish(toml::table& root, const std::string& source, const Workload
   declare_trainer_keys(schema, c, gate_metrics);
   out.workload->declare_config(schema);
   apply(schema, root);
+  validate_trainer_keys(c, root);
   out.workload->validate_config(source);
   c.run.workload = name;
   if (c.run.name.empty()) c.run.name = name;

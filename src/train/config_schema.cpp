@@ -88,7 +88,7 @@ void ConfigSchema::one_of(const std::string& key, std::string& dst,
         dst = v.string;
         return;
       }
-      list += (list.empty() ? "" : ", ") + a;
+      list += (list.empty() ? "" : ", ") + (a.empty() ? std::string("\"\"") : a);
     }
     throw ConfigError(v.where + "key '" + key + "' = '" + v.string + "' is not one of: " + list);
   });

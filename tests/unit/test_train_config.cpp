@@ -1,5 +1,6 @@
 // Schema errors name the key and the file line; overrides go through the same schema;
 // a workload's own keys are checked by the same code and read the same way.
+#include <lockstep/parallel/fsdp/options.h>
 #include <lockstep/train/config.h>
 #include <lockstep/train/config_schema.h>
 
@@ -45,11 +46,11 @@ WorkloadRegistry registry() {
   return r;
 }
 
-LoadedConfig parse(const std::string& text, std::vector<std::string> ov = {}) {
+LoadedConfig parse(const std::string& text, const std::vector<std::string>& ov = {}) {
   return parse_config(text, "test.toml", registry(), ov);
 }
 
-std::string error_of(const std::string& text, std::vector<std::string> ov = {}) {
+std::string error_of(const std::string& text, const std::vector<std::string>& ov = {}) {
   try {
     parse(text, ov);
   } catch (const lockstep::ConfigError& e) {
@@ -178,4 +179,90 @@ TEST(TrainConfig, ChoosingTheWorkload) {
   EXPECT_NE(m.find("'run.workload' = 'nope' is not one of: toy"), std::string::npos) << m;
   EXPECT_THROW(two.add("toy", [] { return std::make_unique<ToyConfigWorkload>(); }),
                lockstep::InvalidArgument);
+}
+
+TEST(TrainConfig, FsdpKeysDefaults) {
+  const StrategyConfig s = parse("[strategy]\nkind = \"fsdp\"\n").config.strategy;
+  EXPECT_EQ(s.kind, "fsdp");
+  EXPECT_EQ(s.sharding, "full_shard");
+  EXPECT_EQ(s.wrap, "all");
+  EXPECT_EQ(s.wrap_min_params, 100000);
+  EXPECT_EQ(s.param_dtype, "");
+  EXPECT_EQ(s.reduce_dtype, "");
+  EXPECT_TRUE(s.backward_prefetch);
+  EXPECT_FALSE(s.forward_prefetch);
+  EXPECT_EQ(s.comm_hook, "none");
+}
+
+TEST(TrainConfig, FsdpKeysSet) {
+  const StrategyConfig s = parse(R"([strategy]
+kind = "fsdp"
+sharding = "shard_grad_op"
+wrap = "size"
+wrap_min_params = 5000
+param_dtype = "bfloat16"
+reduce_dtype = "float32"
+backward_prefetch = false
+forward_prefetch = true
+)")
+                               .config.strategy;
+  EXPECT_EQ(s.sharding, "shard_grad_op");
+  EXPECT_EQ(s.wrap, "size");
+  EXPECT_EQ(s.wrap_min_params, 5000);
+  EXPECT_EQ(s.param_dtype, "bfloat16");
+  EXPECT_EQ(s.reduce_dtype, "float32");
+  EXPECT_FALSE(s.backward_prefetch);
+  EXPECT_TRUE(s.forward_prefetch);
+  // Every name the schema allows is one fsdp::parse_strategy knows.
+  for (const char* name : {"full_shard", "shard_grad_op", "no_shard"}) {
+    const auto l = parse("", {"strategy.kind=fsdp", std::string("strategy.sharding=") + name});
+    EXPECT_EQ(
+        lockstep::fsdp::strategy_name(lockstep::fsdp::parse_strategy(l.config.strategy.sharding)),
+        std::string(name));
+  }
+  // FSDP's keys are ignored by the other kinds (a config switches kind with one --set).
+  EXPECT_EQ(parse("[strategy]\nkind = \"ddp\"\nsharding = \"no_shard\"\n").config.strategy.kind,
+            "ddp");
+}
+
+TEST(TrainConfig, FsdpBadValuesNameKeyLineAndChoices) {
+  auto expect = [](const std::string& toml, const std::string& line, const std::string& what) {
+    const std::string m = error_of("[strategy]\nkind = \"fsdp\"\n" + toml);
+    EXPECT_NE(m.find("test.toml:" + line + ":"), std::string::npos) << m;
+    EXPECT_NE(m.find(what), std::string::npos) << m;
+  };
+  expect("sharding = \"zero3\"\n", "3",
+         "key 'strategy.sharding' = 'zero3' is not one of: full_shard, shard_grad_op, "
+         "no_shard");
+  expect("wrap = \"auto\"\n", "3", "key 'strategy.wrap' = 'auto' is not one of: all, size");
+  expect("\nwrap_min_params = 0\n", "4",
+         "key 'strategy.wrap_min_params' = 0 is out of range [1, inf]");
+  expect("param_dtype = \"float16\"\n", "3",
+         "key 'strategy.param_dtype' = 'float16' is not one of: \"\", float32, bfloat16");
+  expect("reduce_dtype = \"bf16\"\n", "3",
+         "key 'strategy.reduce_dtype' = 'bf16' is not one of: \"\", float32, bfloat16");
+  expect("backward_prefetch = \"yes\"\n", "3",
+         "key 'strategy.backward_prefetch' must be a boolean, got a string");
+  expect("forward_prefetch = 1\n", "3", "key 'strategy.forward_prefetch' must be a boolean");
+  expect("sharding_strategy = \"full_shard\"\n", "3",
+         "unknown key 'strategy.sharding_strategy' (known keys in [strategy]: backend, "
+         "backward_prefetch, comm_hook, forward_prefetch, kind, param_dtype, qsgd_bits, "
+         "qsgd_bucket_size, reduce_dtype, sharding, wrap, wrap_min_params)");
+}
+
+TEST(TrainConfig, FsdpRejectsDdpCommHook) {
+  std::string m = error_of("[strategy]\nkind = \"fsdp\"\ncomm_hook = \"qsgd\"\n");
+  EXPECT_NE(m.find("test.toml:3:"), std::string::npos) << m;
+  EXPECT_NE(m.find("key 'strategy.comm_hook' = 'qsgd' is a DDP communication hook; "
+                   "strategy.kind = \"fsdp\" reduce-scatters gradients itself: set comm_hook = "
+                   "\"none\" or kind = \"ddp\""),
+            std::string::npos)
+      << m;
+  m = error_of("[strategy]\nkind = \"fsdp\"\n", {"strategy.comm_hook=bf16"});
+  EXPECT_NE(m.find("--set strategy.comm_hook=bf16"), std::string::npos) << m;
+  EXPECT_NE(m.find("is a DDP communication hook"), std::string::npos) << m;
+  m = error_of("[strategy]\ncomm_hook = \"bf16\"\n", {"strategy.kind=fsdp"});
+  EXPECT_NE(m.find("test.toml:2:"), std::string::npos) << m;  // the hook's line, not the --set
+  EXPECT_EQ(error_of("[strategy]\nkind = \"fsdp\"\ncomm_hook = \"none\"\n"), "");
+  EXPECT_EQ(error_of("[strategy]\nkind = \"ddp\"\ncomm_hook = \"qsgd\"\n"), "");
 }

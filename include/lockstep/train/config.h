@@ -57,11 +57,20 @@ struct TrainLoopConfig {
 };
 
 struct StrategyConfig {
-  std::string kind = "ddp";        // "single" | "ddp"
-  std::string comm_hook = "none";  // "none" | "bf16" | "qsgd"
+  std::string kind = "ddp";        // "single" | "ddp" | "fsdp"
+  std::string comm_hook = "none";  // "none" | "bf16" | "qsgd" (DDP only)
   int64_t qsgd_bits = 4;
   int64_t qsgd_bucket_size = 128;
   std::string backend = "auto";  // process group backend
+
+  // FSDP (kind = "fsdp"; ignored otherwise): lockstep::fsdp::FSDPOptions, docs/trainer.md.
+  std::string sharding = "full_shard";  // fsdp::parse_strategy's names
+  std::string wrap = "all";             // "all": every fsdp::wrap()ed layer is a unit; "size"
+  int64_t wrap_min_params = 100000;     // wrap = "size": units of at least this many elements
+  std::string param_dtype;              // "" (the model's) | "float32" | "bfloat16"
+  std::string reduce_dtype;             // "" (= param_dtype) | "float32" | "bfloat16"
+  bool backward_prefetch = true;
+  bool forward_prefetch = false;
 };
 
 // The quality gate. The workload names the metrics it can gate on
