@@ -2,7 +2,12 @@
 // outcome, on outcomes at the same timestamp, or on anything later.
 #include <ctsm/model.h>
 
+#include <lockstep/parallel/fsdp/wrap.h>
+
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <sstream>
 
 using namespace ctsm;
 
@@ -35,7 +40,7 @@ Ctsm tiny() {
 
 torch::Tensor logits_of(Ctsm& m, const ClientHistory& c) {
   torch::NoGradGuard ng;
-  auto b = collate({make_train_example(c, 1000 * 86400, 64)});
+  auto b = collate({make_train_example(c, int64_t{1000} * 86400, 64)});
   return m->forward(b)[0];
 }
 
@@ -68,7 +73,7 @@ TEST(Ctsm, FirstPositionsAreFiniteViaStartToken) {
 
 TEST(Ctsm, BacktestCandidatesSeeOnlyPreCutoffHistory) {
   Ctsm m = tiny();
-  auto ex = make_eval_example(history(), 30 * 86400, 60 * 86400, 16, 4);
+  auto ex = make_eval_example(history(), int64_t{30} * 86400, int64_t{60} * 86400, 16, 4);
   ASSERT_EQ(ex.positions.size(), 8u);  // 6 history + 2 candidates
   EXPECT_FALSE(ex.positions[6].is_key);
   EXPECT_TRUE(ex.positions[6].is_target);
@@ -85,7 +90,7 @@ TEST(Ctsm, BacktestCandidatesSeeOnlyPreCutoffHistory) {
 TEST(Ctsm, LossIsFiniteAndGradientsFlow) {
   Ctsm m = tiny();
   m->train();
-  auto b = collate({make_train_example(history(), 1000 * 86400, 64)});
+  auto b = collate({make_train_example(history(), int64_t{1000} * 86400, 64)});
   auto loss = CtsmImpl::loss(m->forward(b), b);
   loss.backward();
   EXPECT_TRUE(std::isfinite(loss.item<float>()));
@@ -97,12 +102,48 @@ TEST(Ctsm, LossIsFiniteAndGradientsFlow) {
 
 TEST(Ctsm, GapIsMeasuredToThePreviousShipment) {
   // Day 20's items follow the day-1 shipment (19 days), not the day-4 rating (16 days).
-  auto ex = make_train_example(history(), 1000 * 86400, 64);
+  auto ex = make_train_example(history(), int64_t{1000} * 86400, 64);
   ASSERT_EQ(ex.positions.size(), 8u);
   EXPECT_FLOAT_EQ(ex.positions[0].gap_days, 0.f);
   EXPECT_FLOAT_EQ(ex.positions[4].gap_days, 19.f);
   EXPECT_FLOAT_EQ(ex.positions[6].gap_days, 20.f);
   // Backtest candidates: day 40 follows the day-20 shipment.
-  auto ev = make_eval_example(history(), 30 * 86400, 60 * 86400, 16, 4);
+  auto ev = make_eval_example(history(), int64_t{30} * 86400, int64_t{60} * 86400, 16, 4);
   EXPECT_FLOAT_EQ(ev.positions[6].gap_days, 20.f);
+}
+
+// Each encoder layer is an fsdp::wrap() unit, transparent to names and checkpoints: the
+// parameters are named as a plain layer's, and a plain layer's archive loads into the
+// wrapped one (and back), so checkpoints and exports from before the wrapper keep working.
+TEST(Ctsm, LayersAreFsdpUnitsUnderTheirOwnNames) {
+  Ctsm m = tiny();
+  const auto names = m->named_parameters().keys();
+  CtsmLayer plain(CtsmLayerOptions{16, 2, 32, 0.0});
+  for (const auto& n : plain->named_parameters().keys())
+    for (const char* layer : {"layers.0.", "layers.1."})
+      EXPECT_NE(std::find(names.begin(), names.end(), layer + n), names.end()) << layer + n;
+  int wrappers = 0;
+  for (const auto& item : m->named_modules())
+    if (dynamic_cast<lockstep::fsdp::WrapBase*>(item.value().get())) {
+      EXPECT_TRUE(item.key() == "layers.0" || item.key() == "layers.1") << item.key();
+      ++wrappers;
+    }
+  EXPECT_EQ(wrappers, 2);
+
+  auto roundtrip = [](torch::nn::ModuleList from, torch::nn::ModuleList to) {
+    std::stringstream bytes;
+    torch::save(from, bytes);
+    torch::load(to, bytes);
+    const auto a = from->parameters(), b = to->parameters();
+    EXPECT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i]));
+  };
+  const CtsmLayerOptions o{16, 2, 32, 0.0};
+  torch::manual_seed(1);
+  torch::nn::ModuleList unwrapped{CtsmLayer(o)};
+  torch::manual_seed(2);
+  torch::nn::ModuleList wrapped{lockstep::fsdp::wrap(CtsmLayer(o))};
+  roundtrip(unwrapped, wrapped);
+  torch::manual_seed(3);
+  roundtrip(torch::nn::ModuleList(lockstep::fsdp::wrap(CtsmLayer(o))), unwrapped);
 }

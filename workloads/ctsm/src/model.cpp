@@ -18,7 +18,8 @@ CtsmImpl::CtsmImpl(CtsmOptions o) : o_(o) {
   item_bias_->weight.zero_();
   layers_ = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < o.layers; ++i) {
-    layer_ptrs_.push_back(CtsmLayer(CtsmLayerOptions{D, o.heads, o.d_ff, o.dropout}));
+    layer_ptrs_.push_back(
+        lockstep::fsdp::wrap(CtsmLayer(CtsmLayerOptions{D, o.heads, o.d_ff, o.dropout})));
     layers_->push_back(layer_ptrs_.back());
   }
   ln_out_ = register_module("ln_out", torch::nn::LayerNorm(torch::nn::LayerNormOptions({D})));
@@ -40,17 +41,20 @@ torch::Tensor CtsmImpl::forward(const CtsmBatch& b) {
   // uniform attention over the history sums to a "taste" vector in item space; without
   // it, taste could only emerge through attention weights, which learns far slower.
   auto item_e = item_emb_(b.item);
-  auto sign = (b.type == 1).to(torch::kFloat32) - (b.type == 2).to(torch::kFloat32);
+  // The parameters' dtype: float32, or e.g. bfloat16 under FSDP's mixed precision, which
+  // casts the parameters but not the batch; the float inputs follow the parameters.
+  const auto dt = item_e.scalar_type();
+  auto sign = (b.type == 1).to(dt) - (b.type == 2).to(dt);
   // The signed term goes through its own map: h already holds item_e, and with a bare
   // sign * item_e a return cancelled it (h + outcome had no item left), so returns, half
   // the evidence about taste, carried no identity at all.
   auto outcome =
       type_emb_(b.type) + feedback_emb_(b.feedback) + sign.unsqueeze(-1) * taste_proj_(item_e);
-  auto h = item_e + kind_emb_(kind) + time_proj_(b.time_feat);
+  auto h = item_e + kind_emb_(kind) + time_proj_(b.time_feat.to(dt));
   // allowed[b,j,i]: key i is context and strictly earlier than query j.
   auto tq = b.time_s.unsqueeze(2), tk = b.time_s.unsqueeze(1);
   auto allowed = b.is_key.unsqueeze(1) & (tk < tq);
-  auto age = ((tq - tk).clamp_min(0).to(torch::kFloat32) / 86400.0f).clamp_max(1e4);
+  auto age = ((tq - tk).clamp_min(0).to(torch::kFloat32) / 86400.0f).clamp_max(1e4).to(dt);
   for (auto& layer : layer_ptrs_) h = layer(h, outcome, allowed, age);
   auto state = ln_out_(h);
   // MLP score plus a bilinear client-state x item match: the interaction the generator's
@@ -61,7 +65,8 @@ torch::Tensor CtsmImpl::forward(const CtsmBatch& b) {
 
 torch::Tensor CtsmImpl::loss(const torch::Tensor& logits, const CtsmBatch& b) {
   auto w = b.is_target.to(torch::kFloat32);
-  auto l = torch::binary_cross_entropy_with_logits(logits, b.label, {}, {}, at::Reduction::None);
+  auto l = torch::binary_cross_entropy_with_logits(logits.to(torch::kFloat32), b.label, {}, {},
+                                                   at::Reduction::None);
   return (l * w).sum() / w.sum().clamp_min(1.0);
 }
 

@@ -7,11 +7,14 @@
 // of the item embedding signed by the outcome) enters only as context on the key side
 // (ctsm_layer.h). Score: MLP(state) + <W state, item embedding> + item bias. A learned start token
 // is visible to every position (ctsm_attention.h). Parameter count is dominated by the item table:
-// (num_items+1)*d_model; e.g. 200k items x 128 = 25.6M.
+// (num_items+1)*d_model; e.g. 200k items x 128 = 25.6M. Under FSDP each encoder layer is a
+// unit of its own; the embeddings, time projection and heads form the root unit.
 #pragma once
 
 #include <ctsm/batch.h>
 #include <ctsm/layer.h>
+
+#include <lockstep/parallel/fsdp/wrap.h>
 
 #include <torch/torch.h>
 
@@ -42,7 +45,10 @@ class CtsmImpl : public torch::nn::Module {
       type_emb_{nullptr}, feedback_emb_{nullptr};
   torch::nn::Linear time_proj_{nullptr};
   torch::nn::ModuleList layers_;
-  std::vector<CtsmLayer> layer_ptrs_;
+  // Each layer is an FSDP unit under strategy.kind = "fsdp" (lockstep/parallel/fsdp/wrap.h).
+  // The wrapper is transparent: parameters keep their names ("layers.0.ff1.weight"), so
+  // checkpoints and exports of unwrapped models load, and outside FSDP it is the layer.
+  std::vector<lockstep::fsdp::Wrapped<CtsmLayerImpl>> layer_ptrs_;
   torch::nn::LayerNorm ln_out_{nullptr};
   torch::nn::Linear head1_{nullptr}, head2_{nullptr}, bilinear_{nullptr}, taste_proj_{nullptr};
 };
