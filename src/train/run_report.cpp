@@ -46,6 +46,7 @@ json summary_json(const TrainConfig& cfg, const EvalResult& r, const GateDecisio
   return {{"run", cfg.run.name},
           {"world_size", s.world},
           {"backend", s.backend},
+          {"strategy", cfg.strategy.kind},
           {"comm_hook", cfg.strategy.comm_hook},
           {"steps", s.step},
           {"steps_this_run", s.steps_run},
@@ -57,8 +58,8 @@ json summary_json(const TrainConfig& cfg, const EvalResult& r, const GateDecisio
           {"eval_time_s", s.eval_time},
           {"wall_time_s", s.wall_time},
           {"samples_per_s", s.samples_per_s},
-          {"comm_share", s.comm_share},
-          {"bytes_per_step", s.bytes_per_step},
+          {"comm_share", s.comm_measured ? json(s.comm_share) : json(nullptr)},
+          {"bytes_per_step", s.comm_measured ? json(s.bytes_per_step) : json(nullptr)},
           {"final_loss", s.final_loss},
           {"param_crc32", s.param_crc32},
           {"metrics", json::parse(r.metrics_json)},
@@ -85,9 +86,12 @@ void print_summary(const TrainConfig& cfg, const EvalResult& r, const RunStats& 
   os.setf(std::ios::fixed);
   os.precision(4);
   os << "summary: " << s.step << " steps, " << s.epoch_times.size() << " full epochs, mean "
-     << mean_of(s.epoch_times) << " s/epoch, " << s.samples_per_s << " samples/s, exposed comm "
-     << 100 * s.comm_share << "% of step time\n"
-     << indented(r.report) << "  metrics: " << cfg.run.out_dir
+     << mean_of(s.epoch_times) << " s/epoch, " << s.samples_per_s << " samples/s, ";
+  if (s.comm_measured)
+    os << "exposed comm " << 100 * s.comm_share << "% of step time\n";
+  else
+    os << "exposed comm not measured (" << cfg.strategy.kind << ")\n";
+  os << indented(r.report) << "  metrics: " << cfg.run.out_dir
      << "/summary.json, eval.json, metrics/loss-rank-*.csv"
      << (tb_path.empty() ? "" : ", " + tb_path) << (png.empty() ? "" : "\n  loss curve: " + png);
   say(os.str());

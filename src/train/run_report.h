@@ -25,6 +25,7 @@ struct RunStats {
   double samples_per_s = 0;
   double comm_share = 0;  // exposed communication / step time, mean over ranks
   int64_t bytes_per_step = 0;
+  bool comm_measured = true;  // false under FSDP, which reports no communication statistics
   double final_loss = 0;
   int64_t param_crc32 = 0;
 };

@@ -1,5 +1,7 @@
 #include "train/step_runner.h"
 
+#include "train/fsdp_support.h"
+
 #include <lockstep/parallel/hooks/qsgd_hook.h>
 
 namespace lockstep::train {
@@ -9,9 +11,20 @@ LossCallImpl::LossCallImpl(std::shared_ptr<torch::nn::Module> model) {
 }
 
 StepRunner::StepRunner(const TrainConfig& cfg, Workload& workload,
-                       std::shared_ptr<torch::nn::Module> model)
-    : cfg_(cfg), workload_(workload), model_(std::move(model)) {
-  auto params = model_->parameters();
+                       std::shared_ptr<torch::nn::Module> model,
+                       std::shared_ptr<comm::ProcessGroup> group)
+    : cfg_(cfg), workload_(workload), model_(std::move(model)), group_(std::move(group)) {
+  if (cfg_.strategy.kind == "fsdp") {
+    LOCKSTEP_CHECK(group_, "strategy.kind = \"fsdp\" needs a process group");
+    fsdp_ = std::make_unique<fsdp::FullyShardedDataParallel<LossCallImpl>>(
+        std::make_shared<LossCallImpl>(model_), group_, fsdp_options(cfg_.strategy));
+    build_optimizer(fsdp_->parameters());  // the local shards: optimizer state is 1/P
+  } else {
+    build_optimizer(model_->parameters());
+  }
+}
+
+void StepRunner::build_optimizer(const std::vector<torch::Tensor>& params) {
   const auto& o = cfg_.optim;
   if (o.name == "sgd")
     optimizer_ = std::make_unique<torch::optim::SGD>(
@@ -22,13 +35,13 @@ StepRunner::StepRunner(const TrainConfig& cfg, Workload& workload,
         torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(o.weight_decay));
 }
 
-void StepRunner::wrap_ddp(std::shared_ptr<comm::ProcessGroup> group) {
+void StepRunner::wrap_ddp() {
   if (cfg_.strategy.kind != "ddp") return;
   DDPOptions d;
   // A model without buffers needs no buffer broadcast: it would cost a collective per forward.
   d.broadcast_buffers = !model_->buffers().empty();
   ddp_ = std::make_unique<ddp::DistributedDataParallel<LossCallImpl>>(
-      std::make_shared<LossCallImpl>(model_), std::move(group), d);
+      std::make_shared<LossCallImpl>(model_), group_, d);
   if (cfg_.strategy.comm_hook == "bf16") ddp_->register_comm_hook(ddp::hooks::bf16_compress_hook());
   if (cfg_.strategy.comm_hook == "qsgd") {
     compress::QsgdOptions q;
@@ -40,8 +53,20 @@ void StepRunner::wrap_ddp(std::shared_ptr<comm::ProcessGroup> group) {
 }
 
 torch::Tensor StepRunner::forward_loss(const Batch& batch) {
-  if (!ddp_) return workload_.loss(batch);
-  return ddp_->forward(std::function<torch::Tensor()>([&] { return workload_.loss(batch); }));
+  const std::function<torch::Tensor()> loss = [&] { return workload_.loss(batch); };
+  if (ddp_) return ddp_->forward(loss);
+  if (fsdp_) return fsdp_->forward(loss);
+  return loss();
+}
+
+// The global L2 norm over all gradients: under DDP every rank holds all of them (identical);
+// under FSDP each rank holds a shard, so the norm is a collective (every rank calls it).
+void StepRunner::clip_gradients() {
+  if (cfg_.optim.grad_clip <= 0) return;
+  if (fsdp_)
+    fsdp_->clip_grad_norm(cfg_.optim.grad_clip);
+  else
+    torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.optim.grad_clip);
 }
 
 double StepRunner::step(BatchStream& batches, double lr, int64_t accum) {
@@ -62,8 +87,7 @@ double StepRunner::step(BatchStream& batches, double lr, int64_t accum) {
       run();
     }
   }
-  if (cfg_.optim.grad_clip > 0)
-    torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.optim.grad_clip);
+  clip_gradients();
   optimizer_->step();
   if (ddp_) {
     const auto& s = ddp_->last_step_stats();

@@ -1,9 +1,11 @@
 // One optimizer step of the trainer: `accum` micro-batches of the workload's loss, DDP's
-// no_sync() on all but the last, global-norm clipping, the optimizer step, and the
-// communication statistics DDP reports.
+// no_sync() on all but the last (FSDP reduce-scatters every micro-step and accumulates into
+// the shards), global-norm clipping, the optimizer step, and the communication statistics
+// DDP reports.
 #pragma once
 
 #include <lockstep/parallel/ddp/ddp.h>
+#include <lockstep/parallel/fsdp/fully_sharded_data_parallel.h>
 #include <lockstep/train/config.h>
 #include <lockstep/train/workload.h>
 
@@ -14,10 +16,12 @@
 
 namespace lockstep::train {
 
-// DDP wraps a module that has a forward(). The trainer's forward pass is the workload's
-// loss of a micro-batch, so DDP wraps this adapter: the workload's model as its only child
-// "module" (the same parameters in the same order, named "module.*" as in PyTorch's DDP)
-// and a forward that runs the closure it is given, after DDP's pre-forward work.
+// DDP and FSDP wrap a module that has a forward(). The trainer's forward pass is the
+// workload's loss of a micro-batch, so they wrap this adapter: the workload's model as its
+// only child "module" (the same parameters in the same order, named "module.*" as in
+// PyTorch's DDP) and a forward that runs the closure it is given, after DDP's pre-forward
+// work (FSDP: between its root pre- and post-forward work; the fsdp::wrap()ed layers inside
+// the model are its units, the rest of the model is the root unit).
 class LossCallImpl : public torch::nn::Module {
  public:
   explicit LossCallImpl(std::shared_ptr<torch::nn::Module> model);
@@ -32,13 +36,18 @@ struct CommStats {
 
 class StepRunner {
  public:
-  // Builds the optimizer (optim.name) over the model's parameters.
-  StepRunner(const TrainConfig& cfg, Workload& workload, std::shared_ptr<torch::nn::Module> model);
+  // Builds the optimizer (optim.name) over the model's parameters; for strategy.kind =
+  // "fsdp" first shards the model (collective: FSDP's construction) and builds the
+  // optimizer over the local shards. `group` is null for kind = "single".
+  StepRunner(const TrainConfig& cfg, Workload& workload, std::shared_ptr<torch::nn::Module> model,
+             std::shared_ptr<comm::ProcessGroup> group);
 
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  // FSDP's core (kind = "fsdp"), else null: checkpoints and evaluation go through it.
+  fsdp::FSDPCore* fsdp() { return fsdp_ ? &fsdp_->core() : nullptr; }
   // Wraps the model in DDP with the configured hook (strategy.kind = "ddp"); call after
   // loading a checkpoint: construction broadcasts rank 0's (identical) parameters.
-  void wrap_ddp(std::shared_ptr<comm::ProcessGroup> group);
+  void wrap_ddp();
 
   // One optimizer step at `lr` over `accum` micro-batches of `batch_size` from `batches`;
   // returns the step's mean loss.
@@ -46,11 +55,15 @@ class StepRunner {
   const CommStats& comm_stats() const { return stats_; }
 
  private:
+  void build_optimizer(const std::vector<torch::Tensor>& params);
   torch::Tensor forward_loss(const Batch& batch);
+  void clip_gradients();
 
   const TrainConfig& cfg_;
   Workload& workload_;
   std::shared_ptr<torch::nn::Module> model_;
+  std::shared_ptr<comm::ProcessGroup> group_;
+  std::unique_ptr<fsdp::FullyShardedDataParallel<LossCallImpl>> fsdp_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<ddp::DistributedDataParallel<LossCallImpl>> ddp_;
   CommStats stats_;

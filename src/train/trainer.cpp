@@ -6,6 +6,7 @@
 
 #include "train/batch_plan.h"
 #include "train/checkpointer.h"
+#include "train/fsdp_support.h"
 #include "train/run_report.h"
 #include "train/step_log.h"
 #include "train/step_runner.h"
@@ -16,6 +17,7 @@
 #include <zlib.h>
 
 #include <chrono>
+#include <optional>
 
 namespace lockstep::train {
 namespace {
@@ -53,17 +55,18 @@ struct Trainer::Impl {
   TrainConfig cfg;
   std::unique_ptr<Workload> workload;
   TrainerOptions opt;
-  std::shared_ptr<comm::ProcessGroup> group;  // set for strategy.kind = "ddp"
+  std::shared_ptr<comm::ProcessGroup> group;  // set for strategy.kind = "ddp" and "fsdp"
   RunContext ctx;                             // ctx.group: group when world > 1, else null
   BatchPlan plan;
   std::shared_ptr<torch::nn::Module> model;
 
   int run();
   void join_group();
+  std::string strategy_detail() const;
   void build_model();
   LoopResult train_loop(StepRunner& runner, Checkpointer& checkpointer, StepLog& log,
                         int64_t start_step);
-  int finish(const LoopResult& loop, const StepRunner& runner, StepLog& log, int64_t start_step,
+  int finish(const LoopResult& loop, StepRunner& runner, StepLog& log, int64_t start_step,
              double t_start);
   double mean_comm_share(const StepRunner& runner, const StepLog& log) const;
 };
@@ -73,8 +76,8 @@ void Trainer::Impl::join_group() {
   const auto env = comm::LaunchEnv::from_environment();
   if (cfg.strategy.kind == "single" && env.world_size > 1)
     throw ConfigError(cfg.source + ": strategy.kind = \"single\" but the job has " +
-                      std::to_string(env.world_size) + " ranks; use \"ddp\"");
-  if (cfg.strategy.kind == "ddp") {
+                      std::to_string(env.world_size) + " ranks; use \"ddp\" or \"fsdp\"");
+  if (cfg.strategy.kind != "single") {
     comm::InitOptions io;
     io.backend = cfg.strategy.backend;
     group = comm::init(io);
@@ -84,8 +87,20 @@ void Trainer::Impl::join_group() {
   }
   ctx.say("config " + cfg.source + ", workload " + cfg.run.workload + ", " +
           std::to_string(ctx.world) + " rank(s), strategy " + cfg.strategy.kind +
-          (group ? " (" + group->backend_name() + ")" : "") + ", comm hook " +
-          cfg.strategy.comm_hook);
+          (group ? " (" + group->backend_name() + ")" : "") + strategy_detail());
+}
+
+// The log's description of the strategy's settings.
+std::string Trainer::Impl::strategy_detail() const {
+  const StrategyConfig& s = cfg.strategy;
+  if (s.kind != "fsdp") return ", comm hook " + s.comm_hook;
+  std::string out = ", sharding " + s.sharding + ", wrap " + s.wrap;
+  if (s.wrap == "size") out += " >= " + std::to_string(s.wrap_min_params) + " parameters";
+  if (!s.param_dtype.empty()) out += ", param dtype " + s.param_dtype;
+  if (!s.reduce_dtype.empty()) out += ", reduce dtype " + s.reduce_dtype;
+  out += std::string(", backward prefetch ") + (s.backward_prefetch ? "on" : "off") +
+         ", forward prefetch " + (s.forward_prefetch ? "on" : "off");
+  return out;
 }
 
 void Trainer::Impl::build_model() {
@@ -105,10 +120,10 @@ int Trainer::Impl::run() {
   plan = plan_batches(cfg, ctx.world, workload->examples_per_rank(ctx));
   for (const auto& line : describe(plan, cfg, ctx.world)) ctx.say(line);
   build_model();
-  StepRunner runner(cfg, *workload, model);
-  Checkpointer checkpointer(cfg, ctx, plan, model, runner.optimizer());
+  StepRunner runner(cfg, *workload, model, group);  // FSDP shards here, before loading
+  Checkpointer checkpointer(cfg, ctx, plan, model, runner.optimizer(), runner.fsdp());
   const int64_t start_step = opt.resume ? checkpointer.resume() : 0;
-  runner.wrap_ddp(group);  // after loading: DDP broadcasts rank 0's (identical) parameters
+  runner.wrap_ddp();  // after loading: DDP broadcasts rank 0's (identical) parameters
   StepLog log(cfg, ctx, plan, start_step);
   const LoopResult loop = train_loop(runner, checkpointer, log, start_step);
   if (loop.stopped) {
@@ -162,9 +177,12 @@ double Trainer::Impl::mean_comm_share(const StepRunner& runner, const StepLog& l
   return share;
 }
 
-// Evaluation (every rank), then the gate, files and summary (rank 0).
-int Trainer::Impl::finish(const LoopResult& loop, const StepRunner& runner, StepLog& log,
+// Evaluation (every rank), then the gate, files and summary (rank 0). Under FSDP all of it
+// reads the full parameters, gathered for the duration (FullParamsScope).
+int Trainer::Impl::finish(const LoopResult& loop, StepRunner& runner, StepLog& log,
                           int64_t start_step, double t_start) {
+  std::optional<FullParamsScope> full_params;
+  if (runner.fsdp()) full_params.emplace(*runner.fsdp(), *model);
   const double t_eval = now_s();
   EvalResult result;
   {
@@ -186,6 +204,7 @@ int Trainer::Impl::finish(const LoopResult& loop, const StepRunner& runner, Step
   s.train_time = log.train_time();
   s.samples_per_s = s.train_time > 0 ? double(s.steps_run * s.global_batch) / s.train_time : 0;
   s.comm_share = mean_comm_share(runner, log);
+  s.comm_measured = runner.fsdp() == nullptr;
   const CommStats& c = runner.comm_stats();
   s.bytes_per_step = c.sync_steps ? c.bytes_sent / c.sync_steps : 0;
   s.final_loss = loop.last_loss;

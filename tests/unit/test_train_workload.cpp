@@ -74,6 +74,7 @@ class LineWorkload : public Workload {
   }
   std::vector<int64_t> examples_per_rank(const RunContext& ctx) override {
     std::vector<int64_t> out;
+    out.reserve(size_t(ctx.world));
     for (int r = 0; r < ctx.world; ++r) out.push_back((examples_ - r + ctx.world - 1) / ctx.world);
     return out;
   }
@@ -194,5 +195,47 @@ TEST(TrainWorkload, OwnWorkloadTrainsGatesAndExports) {
   EXPECT_EQ(run((d / "miss").string(), {"eval.threshold=1.0", "train.max_steps=2"}),
             kExitGateFailed);
   EXPECT_FALSE(fs::exists(d / "miss" / "export"));
+  fs::remove_all(d);
+}
+
+// strategy.kind = "fsdp" on one rank: the model without fsdp::wrap()ed layers is one root
+// unit; evaluation and export read its parameters directly (gathered for them), the
+// checkpoints are sharded and resume bit for bit, and a checkpoint of another kind is
+// refused by name.
+TEST(TrainWorkload, FsdpTrainsExportsAndResumes) {
+  const fs::path d =
+      fs::temp_directory_path() / ("lockstep_line_fsdp_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  const std::vector<std::string> fsdp = {"strategy.kind=fsdp"};
+  ASSERT_EQ(run((d / "full").string(), fsdp), kExitOk);
+  EXPECT_TRUE(fs::exists(d / "full/checkpoints/step-00000048/fsdp-shard-00000.pt"));
+  EXPECT_FALSE(fs::exists(d / "full/checkpoints/step-00000048/model.pt"));
+  // The export loads into a plain module and holds what a single process trains.
+  ASSERT_EQ(run((d / "single").string(), {}), kExitOk);
+  torch::nn::Linear plain(1, 1), single(1, 1);
+  torch::load(plain, (d / "full/export/line.pt").string());
+  torch::load(single, (d / "single/export/line.pt").string());
+  EXPECT_NEAR(plain->weight.item<double>(), single->weight.item<double>(), 1e-5);
+  EXPECT_NEAR(plain->bias.item<double>(), single->bias.item<double>(), 1e-5);
+
+  std::vector<std::string> stop = fsdp;
+  stop.emplace_back("train.stop_after_steps=7");
+  ASSERT_EQ(run((d / "part").string(), stop), kExitOk);
+  ASSERT_EQ(run((d / "part").string(), fsdp, /*resume=*/true), kExitOk);
+  EXPECT_EQ(losses(d / "full/metrics/loss-rank-0.csv"), losses(d / "part/metrics/loss-rank-0.csv"));
+  const auto crc = [](const fs::path& summary) {
+    const std::string s = read(summary);
+    return s.substr(s.find("\"param_crc32\""), 30);
+  };
+  EXPECT_EQ(crc(d / "full/summary.json"), crc(d / "part/summary.json"));
+
+  try {
+    run((d / "part").string(), {"strategy.kind=single"}, /*resume=*/true);
+    ADD_FAILURE() << "resumed an FSDP checkpoint without FSDP";
+  } catch (const lockstep::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("written with strategy.kind = \"fsdp\""),
+              std::string::npos)
+        << e.what();
+  }
   fs::remove_all(d);
 }

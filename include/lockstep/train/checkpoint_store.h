@@ -2,8 +2,9 @@
 // (docs/checkpoint-format.md).
 //
 // A checkpoint is a directory `step-NNNNNNNN/` holding model.pt, optimizer.pt (rank 0:
-// identical on every rank under DDP), rng-rank-R.pt (every rank) and meta.json (rank 0:
-// step, epoch, position in the epoch, world size, ...). It is assembled in
+// identical on every rank under DDP; under FSDP every rank's fsdp-shard-RRRRR.pt instead),
+// rng-rank-R.pt (every rank) and meta.json (rank 0: step, epoch, position in the epoch,
+// world size, strategy, ...). It is assembled in
 // `step-NNNNNNNN.tmp/`, every file fsync'd, then (after a barrier, so all ranks'
 // files are in) renamed into place by rank 0, and only then is `LATEST` replaced
 // (atomically) to name it. A crash at any point leaves LATEST naming a complete one.

@@ -1,6 +1,6 @@
 // lockstep/train/trainer.h: the config-driven trainer behind `lockstep-train`.
 //
-// run(): join the process group (ddp) -> the workload prepares its data (e.g. generates
+// run(): join the process group (ddp, fsdp) -> the workload prepares its data (e.g. generates
 // it, each rank writing its own part) -> train with accumulation, clipping, warmup+cosine,
 // periodic atomic checkpoints -> the workload evaluates (metrics combined over all ranks)
 // -> quality gate -> the workload exports (rank 0) -> summary. What is trained and how it

@@ -1,7 +1,7 @@
 // lockstep/train/workload.h: what the trainer trains, behind one small interface.
 //
 // The trainer (trainer.h) owns everything generic: the process group, DDP and its
-// communication hook, the optimizer, accumulation, clipping, the lr schedule,
+// communication hook or FSDP, the optimizer, accumulation, clipping, the lr schedule,
 // checkpoints and resume, loss logs, TensorBoard, the progress bar, the quality gate and
 // the summary. A Workload owns the rest: its configuration sections, its data, its model,
 // the loss of a batch, its evaluation metrics and its export. A program registers the
@@ -123,7 +123,9 @@ class Workload {
 
   // ---- model
   // Builds the model (the trainer has seeded torch with run.seed). The workload keeps
-  // it for loss() and evaluate(); the trainer trains, checkpoints and wraps (DDP) it.
+  // it for loss() and evaluate(); the trainer trains, checkpoints and wraps (DDP, FSDP) it.
+  // Under FSDP the layers the model wraps with lockstep::fsdp::wrap() (fsdp/wrap.h) are
+  // units of their own, the rest of it one root unit.
   virtual std::shared_ptr<torch::nn::Module> build_model(const RunContext& ctx) = 0;
   // A short name for the log ("model: NAME 12345 parameters").
   virtual std::string model_name() const = 0;
@@ -131,13 +133,16 @@ class Workload {
   // ---- training
   virtual std::unique_ptr<BatchStream> train_batches(const RunContext& ctx) = 0;
   // The mean loss of one micro-batch, with its graph. The trainer calls it as the model's
-  // forward pass (under DDP, after DDP's pre-forward work), so it must run the model
-  // exactly once on the batch; the trainer does backward and the optimizer step.
+  // forward pass (under DDP, after DDP's pre-forward work; under FSDP, inside FSDP's
+  // forward), so it must run the model exactly once on the batch; the trainer does
+  // backward and the optimizer step.
   virtual torch::Tensor loss(const Batch& batch) = 0;
 
   // ---- evaluation and export
   // Evaluates the model (the trainer has put it in eval mode, under NoGradGuard) on this
-  // rank's part and combines the metrics over ctx.group: collective.
+  // rank's part and combines the metrics over ctx.group: collective. The model is the
+  // workload's own, called directly: under FSDP the trainer has gathered its full
+  // parameters on every rank for evaluate() and export_model().
   virtual EvalResult evaluate(const RunContext& ctx) = 0;
   // Writes the model and its card into info.dir (rank 0 only, when the gate passed).
   virtual ExportResult export_model(const ExportInfo& info) = 0;

@@ -1,0 +1,48 @@
+#include "train/fsdp_support.h"
+
+#include <optional>
+#include <string>
+
+namespace lockstep::train {
+namespace {
+
+// "" keeps the parameters' own dtype (the schema allows only these three words).
+std::optional<at::ScalarType> dtype_of(const std::string& name) {
+  if (name == "float32") return at::kFloat;
+  if (name == "bfloat16") return at::kBFloat16;
+  return std::nullopt;
+}
+
+}  // namespace
+
+fsdp::FSDPOptions fsdp_options(const StrategyConfig& s) {
+  fsdp::FSDPOptions o;
+  o.strategy = fsdp::parse_strategy(s.sharding);
+  o.wrap_policy = s.wrap == "size" ? fsdp::wrap_by_size(s.wrap_min_params) : fsdp::wrap_all();
+  o.mixed_precision.param_dtype = dtype_of(s.param_dtype);
+  o.mixed_precision.reduce_dtype = dtype_of(s.reduce_dtype);
+  o.backward_prefetch = s.backward_prefetch;
+  o.forward_prefetch = s.forward_prefetch;
+  return o;
+}
+
+FullParamsScope::FullParamsScope(fsdp::FSDPCore& core, torch::nn::Module& model) : core_(core) {
+  core_.summon_full_params();
+  // WrapBase::set_hooks is how FSDP attached the units; with null hooks a wrapper's forward
+  // is the layer's own, which is what the gathered parameters serve here.
+  for (const auto& m : model.modules(/*include_self=*/true))
+    if (auto* w = dynamic_cast<fsdp::WrapBase*>(m.get()); w && w->hooks()) {
+      detached_.emplace_back(w, w->hooks());
+      w->set_hooks(nullptr);
+    }
+}
+
+FullParamsScope::~FullParamsScope() {
+  for (const auto& [wrapper, hooks] : detached_) wrapper->set_hooks(hooks);
+  try {
+    core_.release_full_params();
+  } catch (...) {  // not collective; a failure here only leaves memory gathered
+  }
+}
+
+}  // namespace lockstep::train
