@@ -171,7 +171,7 @@ void print_targets(const FsdpReport& rep) {
   }
   if (!rep.grad_check.empty())
     std::printf(
-        "PyTorch fully_shard gradients vs one process on the whole batch: max rel diff %.2g, "
+        "PyTorch fully_shard gradients vs one process on the whole batch: max |diff| / max |ref| %.2g, "
         "scale %.3f (1 = averaged, %d = summed)\n",
         val(&rep.grad_check, "grad_rel_diff"), val(&rep.grad_check, "grad_scale"), n);
   if (!rep.peer_note.empty()) std::printf("PyTorch peer: %s\n", rep.peer_note.c_str());

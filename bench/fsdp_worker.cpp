@@ -179,7 +179,7 @@ void report_memory(ProcessGroup& g, const Measured& m, const ProcMemory& base, i
 
 torch::optim::AdamW make_adamw(std::vector<at::Tensor> params) {
   return torch::optim::AdamW(std::move(params),
-                             torch::optim::AdamWOptions(1e-4).weight_decay(0.01));
+                             torch::optim::AdamWOptions(1e-5).weight_decay(0.01));
 }
 
 // What every strategy's run ends with: times, losses, the checksum, memory, completion.

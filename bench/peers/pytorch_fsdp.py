@@ -3,7 +3,7 @@
 
 Same workload as the C++ worker (bench/fsdp_worker.cpp, bench/fsdp_model.cpp): the same
 transformer with the same parameter names and values (set from integer hashes of the names,
-no random generator), the same token batches, fp32 AdamW (lr 1e-4, weight decay 0.01), one
+no random generator), the same token batches, fp32 AdamW (lr 1e-5, weight decay 0.01), one
 compute thread per rank. Needs torch 2.x: Debian's python3-torch 1.13 cannot import FSDP
 under Python 3.11. `scripts/install-deps.sh --bench` creates <source>/.venv-bench with it;
 run this with .venv-bench/bin/python.
@@ -187,7 +187,7 @@ def reduce(v, op):
 
 def report(rank, key, value):
     if rank == 0:
-        print(f"RESULT {key} {value:.6f}", flush=True)
+        print(f"RESULT {key} {value:.9g}", flush=True)
 
 
 def check_grads(a, model, rank, world):
@@ -207,6 +207,7 @@ def check_grads(a, model, rank, world):
         dot, sq = dot + (g * r).sum().item(), sq + (r * r).sum().item()
     report(rank, "grad_rel_diff", num / den)
     report(rank, "grad_scale", dot / sq)
+    report(rank, "completed", 1.0)
 
 
 def train(a, par, opt, rank):
@@ -266,7 +267,7 @@ def main():
         return 0
     par, strategy = shard(model, a)
     report(rank, "fallback_ddp", 1.0 if strategy != a.strategy else 0.0)
-    opt = torch.optim.AdamW(par.parameters(), lr=1e-4, weight_decay=0.01)
+    opt = torch.optim.AdamW(par.parameters(), lr=1e-5, weight_decay=0.01)
     times, losses = train(a, par, opt, rank)
     total, same = param_sum(par, strategy)
     state_end = model_state_bytes(par, opt)
