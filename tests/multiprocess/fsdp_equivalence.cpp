@@ -366,10 +366,24 @@ std::pair<double, double> train_mp(const std::shared_ptr<lockstep::ProcessGroup>
   }
   const double after = full_loss();
   if (shards_out != nullptr) *shards_out = f.parameters();
-  if (model_out != nullptr) {
-    f.summon_full_params();  // left gathered for the caller's look (f goes away)
-    *model_out = model;
+  if (f.options().mixed_precision.param_dtype) {
+    // Summoned parameters are the fp32 masters; a forward meanwhile is a plain forward;
+    // after release, training goes on (the gradient hooks were moved to the new nodes).
+    f.summon_full_params();
+    const bool f32 = model->inp->weight.scalar_type() == at::kFloat;
+    const auto y_plain = model->forward(x, 0);
+    f.release_full_params();
+    check("bf16 summoned parameters are fp32, plain forward works",
+          f32 && y_plain.scalar_type() == at::kFloat && y_plain.size(0) == kGlobalBatch);
+    torch::mse_loss(f(x.narrow(0, r * B, B), 0).to(at::kFloat), y.narrow(0, r * B, B)).backward();
+    // Summed over every rank's shards: one rank's part may be 0 (l1's ReLUs die here).
+    at::Tensor total = at::zeros({1}, at::kDouble);
+    for (const auto& s : f.parameters()) total += s.grad().abs().sum().to(at::kDouble);
+    pg->allreduce(total)->wait();
+    check("bf16 after release: gradients reach the shards", total.item<double>() > 0);
+    opt.zero_grad();
   }
+  if (model_out != nullptr) *model_out = model;
   return {before, after};
 }
 
@@ -395,7 +409,7 @@ void mixed_precision(const std::shared_ptr<lockstep::ProcessGroup>& pg, fsdp::Sh
   bool fp32 = true;
   for (const auto& t : shards) fp32 = fp32 && t.scalar_type() == at::kFloat;
   check(tag + " master shards fp32", fp32);
-  check(tag + " gathered parameters bf16", model->inp->weight.scalar_type() == at::kBFloat16);
+  check(tag + " compute parameters bf16", model->inp->weight.scalar_type() == at::kBFloat16);
 }
 
 // --- sharded checkpoints ----------------------------------------------------------------

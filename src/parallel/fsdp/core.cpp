@@ -161,6 +161,13 @@ void FSDPCore::build_units(std::vector<Candidate> candidates, const std::vector<
         "", std::move(root_names), std::move(root_params), *group_, options_.strategy,
         options_.mixed_precision, options_.replicate_group.get()));
   }
+  install_grad_hooks();
+  ready_.assign(units_.size(), false);
+}
+
+void FSDPCore::install_grad_hooks() {
+  for (auto& h : grad_hooks_) compat::remove_hook(h);
+  grad_hooks_.clear();
   for (int u = 0; u < num_units(); ++u) {
     const auto& ps = units_[static_cast<size_t>(u)]->params();
     for (size_t i = 0; i < ps.size(); ++i)
@@ -168,7 +175,6 @@ void FSDPCore::build_units(std::vector<Candidate> candidates, const std::vector<
         grad_hooks_.push_back(
             compat::add_grad_ready_hook(ps[i], [this, u, i] { param_grad_ready(u, i); }));
   }
-  ready_.assign(units_.size(), false);
 }
 
 FlatUnit& FSDPCore::unit(int u) { return *units_.at(static_cast<size_t>(u)); }
@@ -209,9 +215,7 @@ void FSDPCore::check_parameters_unchanged() {
 }
 
 void FSDPCore::before_root_forward() {
-  LOCKSTEP_CHECK(!summoned_,
-                 "FullyShardedDataParallel: forward while full parameters are "
-                 "summoned; call release_full_params() first");
+  if (summoned_) return;  // evaluation on the summoned parameters: a plain forward
   check_parameters_unchanged();
   if (!backward_started_ && !forward_order_.empty()) {
     // The previous forward had no backward (evaluation): start over.
@@ -223,11 +227,13 @@ void FSDPCore::before_root_forward() {
 }
 
 void FSDPCore::after_root_forward(const std::vector<at::Tensor>& outputs) {
+  if (summoned_) return;
   in_forward_ = false;
   attach_pre_backward(root_unit_, outputs);
 }
 
 void FSDPCore::unit_pre_forward(int u) {
+  if (summoned_) return;
   if (!in_forward_)
     throw InvalidArgument(detail::concat(
         "FSDP unit '", unit(u).name(),
@@ -252,6 +258,7 @@ bool FSDPCore::keep_after_forward() const {
 }
 
 void FSDPCore::unit_post_forward(int u, const std::vector<at::Tensor>& outputs) {
+  if (summoned_) return;
   if (!keep_after_forward()) unit(u).free_full();
   attach_pre_backward(u, outputs);
 }
@@ -347,13 +354,19 @@ double FSDPCore::clip_grad_norm(double max_norm) {
 void FSDPCore::summon_full_params() {
   LOCKSTEP_CHECK(!in_forward_ && !backward_started_,
                  "summon_full_params: not allowed during forward or backward");
-  for (auto& u : units_) u->begin_gather();
-  for (auto& u : units_) u->wait_gathered();
+  if (summoned_) return;
+  for (auto& u : units_)
+    if (!u->casts()) u->begin_gather();  // every gather under way before the first wait
+  for (auto& u : units_) u->summon();
   summoned_ = true;
 }
 
 void FSDPCore::release_full_params() {
-  for (auto& u : units_) u->free_full();
+  if (!summoned_) return;
+  for (auto& u : units_) u->release_summoned();
+  // Under mixed precision the parameters changed dtype twice, which gave them new
+  // AccumulateGrad nodes: hook the new ones.
+  if (options_.mixed_precision.param_dtype) install_grad_hooks();
   summoned_ = false;
 }
 

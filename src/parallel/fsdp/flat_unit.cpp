@@ -51,14 +51,39 @@ FlatUnit::FlatUnit(std::string name, std::vector<std::string> param_names,
   for (size_t i = 0; i < params_.size(); ++i)
     master.narrow(0, offsets_[i], params_[i].numel()).copy_(params_[i].detach().reshape(-1));
   full_ = cast_ ? master.to(param_dtype) : master;
-  for (size_t i = 0; i < params_.size(); ++i)  // same leaf tensors, now views into full_
-    params_[i].set_data(full_.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].sizes()));
+  point_params_at(full_);  // same leaf tensors, now views into full_
   if (sharded())
     shard_ = master.narrow(0, group_.rank() * shard_numel_, shard_numel_).clone();
   else  // NoShard: the parameters are views of the shard itself, unless they are cast
     shard_ = cast_ ? master : full_.detach();
   free_full();
   shard_.requires_grad_(true);
+}
+
+void FlatUnit::point_params_at(const at::Tensor& flat) {
+  for (size_t i = 0; i < params_.size(); ++i)
+    params_[i].set_data(flat.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].sizes()));
+}
+
+bool FlatUnit::summon() {
+  if (!cast_) {
+    wait_gathered();
+    return false;
+  }
+  summoned_master_ = gather_master();
+  point_params_at(summoned_master_);
+  return true;
+}
+
+void FlatUnit::release_summoned() {
+  free_full();
+  if (!summoned_master_.defined()) return;
+  // Views need their storage's bytes to exist: allocate full_ for the moment it takes.
+  const int64_t bytes = gathered_bytes();
+  set_storage_bytes(padded_ * static_cast<int64_t>(full_.element_size()));
+  point_params_at(full_);
+  set_storage_bytes(bytes);
+  summoned_master_ = at::Tensor();
 }
 
 void FlatUnit::set_storage_bytes(int64_t bytes) { compat::resize_storage_bytes(full_, bytes); }

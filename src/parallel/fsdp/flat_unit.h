@@ -55,6 +55,12 @@ class FlatUnit {
   // Collective: the unit's master parameters (the shards' dtype), flat and padded, on every
   // rank; a temporary (the shard itself for NoShard).
   at::Tensor gather_master();
+  // Collective: the parameters hold the full master values (in the master dtype even under
+  // mixed precision) until release_summoned(). Returns whether their dtype changed (their
+  // autograd accumulators are then new).
+  bool summon();
+  bool casts() const { return cast_; }
+  void release_summoned();
 
   // Gradients. param_grad_ready(i) moves parameter i's .grad() into the flat gradient and
   // returns true when every parameter of the unit that requires grad has reported.
@@ -83,7 +89,9 @@ class FlatUnit {
                        // itself unless cast_
   bool cast_ = false;  // mixed precision: full_ is in another dtype than shard_
   at::ScalarType reduce_dtype_ = at::kFloat;
-  at::Tensor gather_in_;  // the cast shard an all-gather reads from
+  at::Tensor gather_in_;        // the cast shard an all-gather reads from
+  at::Tensor summoned_master_;  // summon() under mixed precision: the full master values
+  void point_params_at(const at::Tensor& flat);
   State state_ = State::Gathered;
   comm::WorkPtr gather_work_;
 

@@ -81,8 +81,10 @@ class FSDPCore {
   void save_sharded_state(const std::string& dir, const torch::optim::Optimizer* opt = nullptr);
   void load_sharded_state(const std::string& dir, torch::optim::Optimizer* opt = nullptr);
 
-  // Collective. Gathers every unit's full parameters (for evaluation code that reads
-  // parameters) until release_full_params(). Not allowed during forward/backward.
+  // Collective. Gathers every unit's full parameters, in the master dtype even under mixed
+  // precision, until release_full_params(), for code that reads them (evaluation, export).
+  // Read-only: changes are not written back. A forward meanwhile is a plain forward (no
+  // gathers or hooks; for evaluation, not for backward). Not during forward/backward.
   void summon_full_params();
   void release_full_params();
 
@@ -105,6 +107,7 @@ class FSDPCore {
                    const std::vector<at::Tensor>& params,
                    const std::unordered_set<const c10::TensorImpl*>& shared);
   FlatUnit& unit(int u);
+  void install_grad_hooks();  // on every parameter's current AccumulateGrad node
   void check_parameters_unchanged();
   bool keep_after_forward() const;
   void attach_pre_backward(int unit, const std::vector<at::Tensor>& outputs);
