@@ -26,19 +26,9 @@ fsdp::FSDPOptions fsdp_options(const StrategyConfig& s) {
   return o;
 }
 
-FullParamsScope::FullParamsScope(fsdp::FSDPCore& core, torch::nn::Module& model) : core_(core) {
-  core_.summon_full_params();
-  // WrapBase::set_hooks is how FSDP attached the units; with null hooks a wrapper's forward
-  // is the layer's own, which is what the gathered parameters serve here.
-  for (const auto& m : model.modules(/*include_self=*/true))
-    if (auto* w = dynamic_cast<fsdp::WrapBase*>(m.get()); w && w->hooks()) {
-      detached_.emplace_back(w, w->hooks());
-      w->set_hooks(nullptr);
-    }
-}
+FullParamsScope::FullParamsScope(fsdp::FSDPCore& core) : core_(core) { core_.summon_full_params(); }
 
 FullParamsScope::~FullParamsScope() {
-  for (const auto& [wrapper, hooks] : detached_) wrapper->set_hooks(hooks);
   try {
     core_.release_full_params();
   } catch (...) {  // not collective; a failure here only leaves memory gathered

@@ -5,13 +5,7 @@
 
 #include <lockstep/parallel/fsdp/core.h>
 #include <lockstep/parallel/fsdp/options.h>
-#include <lockstep/parallel/fsdp/wrap.h>
 #include <lockstep/train/config.h>
-
-#include <torch/nn/module.h>
-
-#include <utility>
-#include <vector>
 
 namespace lockstep::train {
 
@@ -20,20 +14,19 @@ namespace lockstep::train {
 fsdp::FSDPOptions fsdp_options(const StrategyConfig& s);
 
 // Evaluation and export run the workload's own model, not FSDP's forward: a sharded unit's
-// parameters hold no memory outside forward/backward, and a unit called outside FSDP's
-// forward is an error. For the scope's lifetime every unit's full parameters are gathered
-// (collective: every rank constructs it; each then holds the whole model) and the
-// fsdp::wrap() wrappers run as plain layers. The destructor restores both.
+// parameters hold no memory outside forward/backward. For the scope's lifetime every
+// unit's full parameters are gathered in the master dtype (summon_full_params: collective,
+// every rank constructs it and then holds the whole model), and the fsdp::wrap() units run
+// as plain layers. The destructor releases them.
 class FullParamsScope {
  public:
-  FullParamsScope(fsdp::FSDPCore& core, torch::nn::Module& model);
+  explicit FullParamsScope(fsdp::FSDPCore& core);
   ~FullParamsScope();
   FullParamsScope(const FullParamsScope&) = delete;
   FullParamsScope& operator=(const FullParamsScope&) = delete;
 
  private:
   fsdp::FSDPCore& core_;
-  std::vector<std::pair<fsdp::WrapBase*, fsdp::UnitHooks*>> detached_;
 };
 
 }  // namespace lockstep::train

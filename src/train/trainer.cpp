@@ -182,7 +182,7 @@ double Trainer::Impl::mean_comm_share(const StepRunner& runner, const StepLog& l
 int Trainer::Impl::finish(const LoopResult& loop, StepRunner& runner, StepLog& log,
                           int64_t start_step, double t_start) {
   std::optional<FullParamsScope> full_params;
-  if (runner.fsdp()) full_params.emplace(*runner.fsdp(), *model);
+  if (runner.fsdp()) full_params.emplace(*runner.fsdp());
   const double t_eval = now_s();
   EvalResult result;
   {
