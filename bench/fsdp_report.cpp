@@ -74,8 +74,8 @@ void print_step_table(const FsdpReport& rep) {
 
 void print_memory_table(const FsdpReport& rep) {
   Table t({"strategy", "ranks", "state peak MB", "of which full", "state after step", "16Ψ/P+2U",
-           "tensors peak", "activations", "peak RSS MB", "RSS at init", "PyTorch peak RSS",
-           "PyTorch RSS init", "PyTorch state after step"});
+           "tensors peak", "activations", "tensors building", "VmData built/end", "peak RSS MB",
+           "RSS at init", "PyTorch peak RSS", "PyTorch RSS init", "PyTorch state after step"});
   for (const int n : ranks_of(rep.a))
     for (const auto& s : split_csv(rep.a.strategies)) {
       const Result* r = rep.get("lockstep", s, n);
@@ -84,6 +84,7 @@ void print_memory_table(const FsdpReport& rep) {
       t.add({s, std::to_string(n), mb(r, "state_peak"), mb(r, "state_peak_full"),
              mb(r, "state_end"), num(state_bound(rep.a.shape, n) / 1e6, 0),
              num((val(r, "tensor_peak") + shared) / 1e6, 0), mb(r, "activations"),
+             mb(r, "tensor_peak_build"), mb(r, "vmdata_built") + "/" + mb(r, "vmdata_end"),
              mb(r, "rss_peak"), mb(r, "rss_base"), mb(p, "rss_peak"), mb(p, "rss_base"),
              mb(p, "state_end")});
     }
@@ -93,7 +94,9 @@ void print_memory_table(const FsdpReport& rep) {
       "steps' unit boundaries (of which full: the module's own parameters and gradients, i.e. "
       "the replica or the gathered units); tensors peak = every CPU tensor storage (counting "
       "allocator; "
-      "DDP's shared buckets added); activations = what a forward adds beyond the state; RSS = "
+      "DDP's shared buckets added); activations = what a forward adds beyond the state; tensors "
+      "building = the peak while the model, the wrapper and the optimizer are built; VmData = the "
+      "private address space RLIMIT_DATA caps, after building / at the end; RSS = "
       "VmHWM (peak) and VmRSS after init, whole process\n%s",
       t.str().c_str());
 }
@@ -171,7 +174,8 @@ void print_targets(const FsdpReport& rep) {
   }
   if (!rep.grad_check.empty())
     std::printf(
-        "PyTorch fully_shard gradients vs one process on the whole batch: max |diff| / max |ref| %.2g, "
+        "PyTorch fully_shard gradients vs one process on the whole batch: max |diff| / max |ref| "
+        "%.2g, "
         "scale %.3f (1 = averaged, %d = summed)\n",
         val(&rep.grad_check, "grad_rel_diff"), val(&rep.grad_check, "grad_scale"), n);
   if (!rep.peer_note.empty()) std::printf("PyTorch peer: %s\n", rep.peer_note.c_str());

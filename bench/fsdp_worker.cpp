@@ -51,6 +51,7 @@ struct Measured {
   int64_t state_peak = 0, state_end = 0, activations = 0;
   int64_t full_at_peak = 0;  // of state_peak: the module's own parameters and their gradients
   int64_t build_peak = 0;    // peak tensor bytes before training (model, wrapper, optimizer)
+  int64_t vmdata_built = 0;  // VmData then
 };
 
 // The model state at one moment: all of it, and the part the module's own parameters and
@@ -93,6 +94,7 @@ Measured train(Par& par, torch::optim::AdamW& opt, ProcessGroup& g, const FsdpAr
                const Batches& batches, Probe& probe, const TensorsFn& state_tensors) {
   Measured m;
   m.build_peak = peak_tensor_bytes();
+  m.vmdata_built = read_proc_memory().data;
   const size_t module_params = par.module()->parameters().size();
   auto state = [&] { return model_state(state_tensors, module_params, opt).total; };
   auto sample = [&] {
@@ -166,6 +168,7 @@ void report_memory(ProcessGroup& g, const Measured& m, const ProcMemory& base, i
                                           {"rss_peak", double(end.hwm)},
                                           {"vmdata_base", double(base.data)},
                                           {"vmdata_end", double(end.data)},
+                                          {"vmdata_built", double(m.vmdata_built)},
                                           {"tensor_peak_build", double(m.build_peak)},
                                           {"state_peak", double(m.state_peak)},
                                           {"state_end", double(m.state_end)},
