@@ -80,9 +80,11 @@ std::string peer_job(const FsdpArgs& a, const std::string& strategy, int n,
                            " --warmup " + std::to_string(a.warmup) + extra;
   std::string cmd = "(";
   for (int r = n - 1; r >= 0; --r) {
-    cmd += rank_environment() + "RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(n) +
-           " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " timeout -k 10 " +
-           std::to_string(a.job_timeout_s) + " '" + peer_python(a) + "'" + args;
+    cmd.append(rank_environment()).append("RANK=").append(std::to_string(r));
+    cmd.append(" WORLD_SIZE=").append(std::to_string(n));
+    cmd.append(" MASTER_ADDR=127.0.0.1 MASTER_PORT=").append(port);
+    cmd.append(" timeout -k 10 ").append(std::to_string(a.job_timeout_s));
+    cmd.append(" '").append(peer_python(a)).append("'").append(args);
     cmd += r ? " >/dev/null 2>&1 & " : "; wait)";
   }
   return cmd;

@@ -75,11 +75,11 @@ at::Tensor BlockImpl::forward(const at::Tensor& x) {
   return h;
 }
 
-TransformerLM::TransformerLM(const ModelShape& s, std::shared_ptr<Probe> probe) {
+TransformerLM::TransformerLM(const ModelShape& s, const std::shared_ptr<Probe>& probe) {
   tok = register_module("tok", torch::nn::Embedding(s.vocab, s.d_model));
   pos = register_parameter("pos", torch::zeros({s.seq, s.d_model}));
   for (int64_t i = 0; i < s.layers; ++i)
-    blocks.push_back(
+    blocks.emplace_back(
         register_module("block" + std::to_string(i),
                         fsdp::wrap(std::make_shared<BlockImpl>(s.d_model, s.heads(), probe))));
   ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({s.d_model})));

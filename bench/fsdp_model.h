@@ -41,7 +41,7 @@ struct BlockImpl : torch::nn::Module {
 };
 
 struct TransformerLM : torch::nn::Module {
-  TransformerLM(const ModelShape& shape, std::shared_ptr<Probe> probe);
+  TransformerLM(const ModelShape& shape, const std::shared_ptr<Probe>& probe);
   // tokens [B, T] (int64) -> logits [B * T, vocab].
   at::Tensor forward(const at::Tensor& tokens);
 

@@ -151,6 +151,7 @@ double param_sum(ProcessGroup& g, const std::vector<at::Tensor>& ts, bool sharde
 void report_times(int me, const std::vector<StepTimes>& times) {
   auto med = [&](double StepTimes::*f) {
     std::vector<double> v;
+    v.reserve(times.size());
     for (const auto& t : times) v.push_back(t.*f);
     return median(v);
   };
@@ -208,7 +209,7 @@ int finish(const RunEnd& e, const Measured& m, double sum, bool same, int64_t sh
   return ok ? 0 : 1;
 }
 
-int run_ddp(const FsdpArgs& a, std::shared_ptr<ProcessGroup> g,
+int run_ddp(const FsdpArgs& a, const std::shared_ptr<ProcessGroup>& g,
             std::shared_ptr<TransformerLM> model, Probe& probe, const Batches& batches,
             const ProcMemory& base) {
   lockstep::DDPOptions o;
@@ -231,7 +232,7 @@ int run_ddp(const FsdpArgs& a, std::shared_ptr<ProcessGroup> g,
   return finish({a, *g, base, tensor_start}, m, sum, same, shared);
 }
 
-int run_fsdp(const FsdpArgs& a, std::shared_ptr<ProcessGroup> g,
+int run_fsdp(const FsdpArgs& a, const std::shared_ptr<ProcessGroup>& g,
              std::shared_ptr<TransformerLM> model, Probe& probe, const Batches& batches,
              const ProcMemory& base) {
   fsdp::FSDPOptions o;
