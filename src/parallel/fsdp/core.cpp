@@ -62,6 +62,26 @@ void distinct_parameters(torch::nn::Module& root, std::vector<std::string>& name
   }
 }
 
+// Rank 0's values of `state`, in flat chunks of about 64 MB: the model being sharded may not
+// fit twice on a rank, which one flat copy of all of it would need.
+void broadcast_in_chunks(const std::vector<at::Tensor>& state,
+                         const std::shared_ptr<comm::ProcessGroup>& group) {
+  constexpr int64_t kChunkBytes = int64_t{64} << 20;
+  std::vector<at::Tensor> chunk;
+  int64_t bytes = 0;
+  for (size_t i = 0; i <= state.size(); ++i) {
+    if (i == state.size() ||
+        (bytes > 0 && bytes + static_cast<int64_t>(state[i].nbytes()) > kChunkBytes)) {
+      ddp::StateBroadcaster(chunk, group).broadcast();
+      chunk.clear();
+      bytes = 0;
+    }
+    if (i == state.size()) break;
+    chunk.push_back(state[i]);
+    bytes += static_cast<int64_t>(state[i].nbytes());
+  }
+}
+
 }  // namespace
 
 FSDPCore::FSDPCore(std::shared_ptr<torch::nn::Module> root,
@@ -89,8 +109,8 @@ FSDPCore::FSDPCore(std::shared_ptr<torch::nn::Module> root,
     if (seen.insert(b.unsafeGetTensorImpl()).second) buffers_.push_back(b);
   std::vector<at::Tensor> state = params;
   state.insert(state.end(), buffers_.begin(), buffers_.end());
-  if (hybrid) ddp::StateBroadcaster(state, options_.replicate_group).broadcast();
-  ddp::StateBroadcaster(state, group_).broadcast();  // rank 0's values everywhere
+  if (hybrid) broadcast_in_chunks(state, options_.replicate_group);
+  broadcast_in_chunks(state, group_);  // rank 0's values everywhere
   if (const auto dt = options_.mixed_precision.buffer_dtype) {
     at::NoGradGuard no_grad;
     for (auto& b : buffers_)
