@@ -78,12 +78,14 @@ demo-fashion-mnist: build
 	$(BUILD)/apps/lockstep-run --nproc-per-node $(NPROC) --master-port 0 \
 	  $(BUILD)/examples/fashion_mnist/fashion-mnist-ddp
 
-# Benchmarks against the peers (c10d Gloo, OpenMPI, PyTorch DDP), side by side.
+# Benchmarks against the peers (c10d Gloo, OpenMPI, PyTorch DDP and FSDP), side by side.
+# deps-bench also makes .venv-bench/ (torch 2.x from PyPI, ~5 GB) for the PyTorch FSDP peer.
 bench: deps-bench build
 	$(BUILD)/bench/lockstep-bench collectives
 	$(BUILD)/bench/lockstep-bench ddp
 	$(BUILD)/bench/lockstep-bench compression
 	$(BUILD)/bench/lockstep-bench train
+	$(BUILD)/bench/lockstep-bench fsdp
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-nompi
