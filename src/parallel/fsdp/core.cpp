@@ -199,12 +199,6 @@ void FSDPCore::install_grad_hooks() {
 
 FlatUnit& FSDPCore::unit(int u) { return *units_.at(static_cast<size_t>(u)); }
 
-std::string FSDPCore::unit_name(int u) const { return units_.at(static_cast<size_t>(u))->name(); }
-
-std::vector<std::string> FSDPCore::unit_param_names(int u) const {
-  return units_.at(static_cast<size_t>(u))->param_names();
-}
-
 std::vector<at::Tensor> FSDPCore::parameters() const {
   std::vector<at::Tensor> out;
   for (const auto& u : units_) out.push_back(u->shard());

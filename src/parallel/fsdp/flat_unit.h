@@ -38,7 +38,6 @@ class FlatUnit {
   const std::vector<std::string>& param_names() const { return names_; }
   const std::vector<at::Tensor>& params() const { return params_; }
   const at::Tensor& shard() const { return shard_; }
-  int64_t padded_numel() const { return padded_; }
   int64_t numel() const { return numel_; }  // without the padding
   // Where this rank's shard starts in the unit's flat (unpadded) order.
   int64_t shard_offset() const { return sharded() ? group_.rank() * shard_numel_ : 0; }
@@ -50,7 +49,6 @@ class FlatUnit {
   void wait_gathered();
   void free_full();
   bool gathered() const { return state_ == State::Gathered; }
-  bool gathering() const { return state_ == State::Gathering; }
   int64_t gathered_bytes() const;
   // Collective: the unit's master parameters (the shards' dtype), flat and padded, on every
   // rank; a temporary (the shard itself for NoShard).
@@ -66,7 +64,6 @@ class FlatUnit {
   // returns true when every parameter of the unit that requires grad has reported.
   bool param_grad_ready(size_t i);
   bool expects_grads() const { return expected_grads_ > 0; }
-  bool reduce_launched() const { return reduce_work_ != nullptr; }
   void begin_reduce();   // zeros stand in for the gradients that never came
   void finish_reduce();  // waits; accumulates the averaged shard into shard().grad()
 

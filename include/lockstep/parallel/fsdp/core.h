@@ -90,9 +90,6 @@ class FSDPCore {
 
   MemoryStats memory_stats() const;
   int num_units() const { return static_cast<int>(units_.size()); }
-  // Unit u's name in the model ("" for the root) and its parameter names.
-  std::string unit_name(int u) const;
-  std::vector<std::string> unit_param_names(int u) const;
   comm::ProcessGroup& group() { return *group_; }
   const FSDPOptions& options() const { return options_; }
 

@@ -60,7 +60,6 @@ class WrapBase : public torch::nn::Module {
   const std::shared_ptr<torch::nn::Module>& inner() const { return inner_; }
   // Set by FSDP for the wrappers that became units; null otherwise.
   void set_hooks(UnitHooks* hooks) { hooks_ = hooks; }
-  UnitHooks* hooks() const { return hooks_; }
   void pretty_print(std::ostream& stream) const override;
 
  protected:
