@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lockstep::comm {
@@ -15,6 +16,14 @@ namespace lockstep::bench {
 
 double now_s();
 double median(std::vector<double> v);
+// The median over `rows` of one field (e.g. the step time of a run's timed steps).
+template <class Row>
+double median_of(const std::vector<Row>& rows, double Row::*field) {
+  std::vector<double> v;
+  v.reserve(rows.size());
+  for (const auto& r : rows) v.push_back(r.*field);
+  return median(std::move(v));
+}
 
 // How many times time_runs runs its function: `warmup` untimed runs, then `min_iters`
 // timed ones, then more until `min_seconds` have passed since the first timed run, at

@@ -139,19 +139,13 @@ std::vector<double> backward_nosync(ProcessGroup& g, DDP& ddp, torch::optim::SGD
 }
 
 void report_steps(int me, const std::vector<StepTimes>& times) {
-  auto med = [&](double StepTimes::*f) {
-    std::vector<double> v;
-    v.reserve(times.size());
-    for (const auto& t : times) v.push_back(t.*f);
-    return median(v);
-  };
-  report_result(me, "step", med(&StepTimes::step));
-  report_result(me, "forward", med(&StepTimes::fwd));
-  report_result(me, "backward", med(&StepTimes::bwd));
-  report_result(me, "optimizer", med(&StepTimes::opt));
-  report_result(me, "exposed_comm", med(&StepTimes::exposed));
-  report_result(me, "hook_backward", med(&StepTimes::hook_bwd));
-  report_result(me, "finalize", med(&StepTimes::finalize));
+  report_result(me, "step", median_of(times, &StepTimes::step));
+  report_result(me, "forward", median_of(times, &StepTimes::fwd));
+  report_result(me, "backward", median_of(times, &StepTimes::bwd));
+  report_result(me, "optimizer", median_of(times, &StepTimes::opt));
+  report_result(me, "exposed_comm", median_of(times, &StepTimes::exposed));
+  report_result(me, "hook_backward", median_of(times, &StepTimes::hook_bwd));
+  report_result(me, "finalize", median_of(times, &StepTimes::finalize));
 }
 
 }  // namespace

@@ -149,16 +149,10 @@ double param_sum(ProcessGroup& g, const std::vector<at::Tensor>& ts, bool sharde
 }
 
 void report_times(int me, const std::vector<StepTimes>& times) {
-  auto med = [&](double StepTimes::*f) {
-    std::vector<double> v;
-    v.reserve(times.size());
-    for (const auto& t : times) v.push_back(t.*f);
-    return median(v);
-  };
-  report_result(me, "step", med(&StepTimes::step));
-  report_result(me, "forward", med(&StepTimes::fwd));
-  report_result(me, "backward", med(&StepTimes::bwd));
-  report_result(me, "optimizer", med(&StepTimes::opt));
+  report_result(me, "step", median_of(times, &StepTimes::step));
+  report_result(me, "forward", median_of(times, &StepTimes::fwd));
+  report_result(me, "backward", median_of(times, &StepTimes::bwd));
+  report_result(me, "optimizer", median_of(times, &StepTimes::opt));
 }
 
 // Memory figures, each the maximum over ranks.
