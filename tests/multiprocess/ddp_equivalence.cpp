@@ -15,6 +15,8 @@
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
 
+#include "tally.h"
+
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -22,15 +24,7 @@
 
 namespace {
 
-int g_passed = 0, g_failed = 0;
-int g_rank = 0;
-
-void report(const std::string& what, double diff, double tol) {
-  const bool ok = diff <= tol;  // NaN fails
-  (ok ? g_passed : g_failed)++;
-  std::fprintf(ok ? stdout : stderr, "rank %d %s %s: max |ddp - reference| = %.3g (tol %.1g)\n",
-               g_rank, ok ? "ok  " : "FAIL", what.c_str(), diff, tol);
-}
+using tally::report;
 
 // --- models: forward(x, variant); variant selects branches (Branchy only) ----
 
@@ -340,7 +334,8 @@ int main(int argc, char** argv) {
   }
   try {
     auto pg = lockstep::init();
-    g_rank = pg->rank();
+    tally::rank = pg->rank();
+    tally::subject = "ddp";
     torch::set_num_threads(1);  // P ranks share few cores
     if (mismatch)
       run_mismatch(pg);
@@ -348,9 +343,8 @@ int main(int argc, char** argv) {
       run_all(pg);
     pg->barrier()->wait();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: unexpected error: %s\n", g_rank, e.what());
-    ++g_failed;
+    std::fprintf(stderr, "rank %d: unexpected error: %s\n", tally::rank, e.what());
+    ++tally::failed;
   }
-  std::printf("rank %d: %d passed, %d failed\n", g_rank, g_passed, g_failed);
-  return g_failed == 0 ? 0 : 1;
+  return tally::finish();
 }

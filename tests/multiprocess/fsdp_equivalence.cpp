@@ -17,6 +17,8 @@
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
 
+#include "tally.h"
+
 #include <unistd.h>
 #include <cstdio>
 #include <filesystem>
@@ -27,27 +29,14 @@ namespace fsdp = lockstep::fsdp;
 
 namespace {
 
-int g_passed = 0, g_failed = 0;
-int g_rank = 0;
-
-void report(const std::string& what, double diff, double tol) {
-  const bool ok = diff <= tol;  // NaN fails
-  (ok ? g_passed : g_failed)++;
-  std::fprintf(ok ? stdout : stderr, "rank %d %s %s: max |fsdp - reference| = %.3g (tol %.1g)\n",
-               g_rank, ok ? "ok  " : "FAIL", what.c_str(), diff, tol);
-}
+using tally::check;
+using tally::report;
 
 std::string detail_of(double before, double after, double ref_before, double ref_after) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "full-batch loss %.4f -> %.4f (fp32: %.4f -> %.4f)", before, after,
                 ref_before, ref_after);
   return buf;
-}
-
-void check(const std::string& what, bool ok, const std::string& detail = "") {
-  (ok ? g_passed : g_failed)++;
-  std::fprintf(ok ? stdout : stderr, "rank %d %s %s%s%s\n", g_rank, ok ? "ok  " : "FAIL",
-               what.c_str(), detail.empty() ? "" : ": ", detail.c_str());
 }
 
 // Two layers in one unit: 7*9+9 + 9*5+5 = 122 elements.
@@ -510,7 +499,8 @@ int main(int argc, char** argv) {
   app.add_option("--load-sharded", load_dir, "load the checkpoint of --save-sharded from DIR");
   CLI11_PARSE(app, argc, argv);
   auto pg = lockstep::init();
-  g_rank = pg->rank();
+  tally::rank = pg->rank();
+  tally::subject = "fsdp";
   if (!save_dir.empty()) {
     save_sharded(pg, save_dir);
   } else if (!load_dir.empty()) {
@@ -555,6 +545,5 @@ int main(int argc, char** argv) {
     mixed_precision(pg, S::NoShard, at::kFloat);      // reduce in fp32
     unit_twice(pg);
   }
-  std::printf("rank %d: %d passed, %d failed\n", g_rank, g_passed, g_failed);
-  return g_failed == 0 ? 0 : 1;
+  return tally::finish();
 }
