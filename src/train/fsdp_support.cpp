@@ -26,13 +26,4 @@ fsdp::FSDPOptions fsdp_options(const StrategyConfig& s) {
   return o;
 }
 
-FullParamsScope::FullParamsScope(fsdp::FSDPCore& core) : core_(core) { core_.summon_full_params(); }
-
-FullParamsScope::~FullParamsScope() {
-  try {
-    core_.release_full_params();
-  } catch (...) {  // not collective; a failure here only leaves memory gathered
-  }
-}
-
 }  // namespace lockstep::train

@@ -6,7 +6,6 @@
 
 #include "train/batch_plan.h"
 #include "train/checkpointer.h"
-#include "train/fsdp_support.h"
 #include "train/run_report.h"
 #include "train/step_log.h"
 #include "train/step_runner.h"
@@ -178,10 +177,10 @@ double Trainer::Impl::mean_comm_share(const StepRunner& runner, const StepLog& l
 }
 
 // Evaluation (every rank), then the gate, files and summary (rank 0). Under FSDP all of it
-// reads the full parameters, gathered for the duration (FullParamsScope).
+// reads the full parameters, gathered for the duration (FSDPCore::FullParamsGuard).
 int Trainer::Impl::finish(const LoopResult& loop, StepRunner& runner, StepLog& log,
                           int64_t start_step, double t_start) {
-  std::optional<FullParamsScope> full_params;
+  std::optional<fsdp::FSDPCore::FullParamsGuard> full_params;
   if (runner.fsdp()) full_params.emplace(*runner.fsdp());
   const double t_eval = now_s();
   EvalResult result;

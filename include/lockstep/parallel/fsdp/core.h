@@ -89,6 +89,24 @@ class FSDPCore {
   void release_full_params();
 
   MemoryStats memory_stats() const;
+
+  // summon_full_params() for the guard's lifetime (collective on construction and at the
+  // end): evaluation and export read the model directly inside it.
+  class FullParamsGuard {
+   public:
+    explicit FullParamsGuard(FSDPCore& core) : core_(core) { core_.summon_full_params(); }
+    ~FullParamsGuard() {
+      try {
+        core_.release_full_params();
+      } catch (...) {  // a broken group: the memory stays gathered, nothing else is lost
+      }
+    }
+    FullParamsGuard(const FullParamsGuard&) = delete;
+    FullParamsGuard& operator=(const FullParamsGuard&) = delete;
+
+   private:
+    FSDPCore& core_;
+  };
   int num_units() const { return static_cast<int>(units_.size()); }
   comm::ProcessGroup& group() { return *group_; }
   const FSDPOptions& options() const { return options_; }
