@@ -9,10 +9,13 @@
 //   - queueing a callback that the autograd engine runs at the end of the current
 //     backward pass;
 //   - resizing a tensor's storage in place (FSDP frees and re-allocates a unit's
-//     gathered parameters under the views that autograd saved of them).
+//     gathered parameters under the views that autograd saved of them);
+//   - the autocast state per device (1.13: is_cpu_enabled/set_autocast_cpu_dtype...,
+//     2.4+: is_autocast_enabled(device)/set_autocast_dtype(device, dtype)).
 // Header-only; include it only from .cpp files or headers that need these hooks.
 #pragma once
 
+#include <ATen/autocast_mode.h>
 #include <ATen/native/Resize.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
@@ -87,6 +90,46 @@ inline void queue_end_of_backward_callback(std::function<void()> fn) {
 // that share it see the new memory. 0 frees it. CPU tensors only.
 inline void resize_storage_bytes(const at::Tensor& t, int64_t bytes) {
   at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), static_cast<size_t>(bytes));
+}
+
+// Autocast state of one device type (CPU or CUDA) for the calling thread.
+inline bool autocast_enabled(c10::DeviceType d) {
+#if LOCKSTEP_TORCH_VERSION_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(d);
+#else
+  return d == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+#endif
+}
+
+inline void set_autocast_enabled(c10::DeviceType d, bool on) {
+#if LOCKSTEP_TORCH_VERSION_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(d, on);
+#else
+  if (d == c10::DeviceType::CPU)
+    at::autocast::set_cpu_enabled(on);
+  else
+    at::autocast::set_enabled(on);
+#endif
+}
+
+inline at::ScalarType autocast_dtype(c10::DeviceType d) {
+#if LOCKSTEP_TORCH_VERSION_AT_LEAST(2, 4)
+  return at::autocast::get_autocast_dtype(d);
+#else
+  return d == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype()
+                                   : at::autocast::get_autocast_gpu_dtype();
+#endif
+}
+
+inline void set_autocast_dtype(c10::DeviceType d, at::ScalarType t) {
+#if LOCKSTEP_TORCH_VERSION_AT_LEAST(2, 4)
+  at::autocast::set_autocast_dtype(d, t);
+#else
+  if (d == c10::DeviceType::CPU)
+    at::autocast::set_autocast_cpu_dtype(t);
+  else
+    at::autocast::set_autocast_gpu_dtype(t);
+#endif
 }
 
 }  // namespace lockstep::compat

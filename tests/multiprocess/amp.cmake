@@ -1,0 +1,1 @@
+# Multi-process tests of numerics/ (amp); included from tests/multiprocess/CMakeLists.txt.

@@ -1,0 +1,1 @@
+# Multi-process tests of numerics/ (checkpoint); included from tests/multiprocess/CMakeLists.txt.
