@@ -1,0 +1,31 @@
+// lockstep/numerics/non_finite.h: finding inf/NaN in gradients, on one rank and across
+// ranks. The gradient scaler and the trainer's non-finite guard both use it.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+namespace lockstep::comm {
+class ProcessGroup;
+}
+
+namespace lockstep::amp {
+
+// Multiplies every tensor by `inv_scale` in place and returns whether any element was
+// inf or NaN before the multiplication (one pass over the data; floating dtypes; the
+// product is computed in float32 for float16/bfloat16 and in the tensor's dtype for
+// float32/float64). Undefined tensors are skipped. CPU in every libtorch, CUDA through
+// libtorch's own `_amp_foreach_non_finite_check_and_unscale_`. inv_scale = 1 only checks
+// (nothing is written).
+bool unscale_and_check(const std::vector<at::Tensor>& tensors, double inv_scale);
+
+// True when any element of any tensor is inf or NaN (read only).
+bool has_non_finite(const std::vector<at::Tensor>& tensors);
+
+// Combines one flag per rank with one small allreduce over `group` (every rank calls it,
+// in the same place of its collective sequence) and returns the ranks whose flag was
+// set, in increasing order: the same list on every rank. A null group is one process.
+std::vector<int> ranks_with_flag(comm::ProcessGroup* group, bool flag);
+
+}  // namespace lockstep::amp
