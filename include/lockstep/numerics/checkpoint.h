@@ -1,0 +1,86 @@
+// lockstep/numerics/checkpoint.h: activation checkpointing. A block's forward runs
+// without keeping its intermediate activations; backward runs the block again (with the
+// forward's RNG and autocast state, so dropout masks and dtypes are the same) and
+// differentiates the recomputation. Memory: the block's inputs instead of everything
+// autograd would save inside it; time: one more forward of the block per step.
+//
+//   auto y = lockstep::checkpoint(
+//       [&](const std::vector<torch::Tensor>& in) { return std::vector{block->forward(in[0])}; },
+//       {x}, block->parameters())[0];
+//
+//   torch::nn::Sequential net(lockstep::checkpoint_wrapper(Block()),
+//                             lockstep::checkpoint_wrapper(Block()));   // a module per layer
+//
+// Contract (docs/memory.md):
+//  - `fn` must compute the same outputs when run again with the same inputs, RNG and
+//    autocast state (no other randomness, no state that changes between the runs), and
+//    must not modify its inputs in place (detected: InvalidArgument).
+//  - Every tensor `fn` reads that requires grad and is not one of `inputs` must be in
+//    `params` (the block's parameters). Their gradients leave the checkpoint in the outer
+//    backward and enter the parameters' normal accumulators once, so DDP's and FSDP's
+//    gradient hooks fire as without checkpointing. A leaf that is missing from `params`
+//    is an InvalidArgument in backward (its gradient would be lost otherwise).
+//  - Modules that update state in forward (BatchNorm's running statistics) update it
+//    twice: in forward and in the recomputation.
+//  - Backward with create_graph (double backward) is not supported: InvalidArgument.
+//  - Under FSDP, the checkpoint goes inside a unit (FSDP wraps the checkpointed layer);
+//    a checkpoint around an FSDP unit fails in backward when the unit runs again.
+//  - With grad mode off, or when no input or parameter requires grad, `fn` just runs.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <vector>
+
+namespace lockstep {
+
+using CheckpointFn = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
+
+// Runs `fn(inputs)` without saving its activations for backward; see the contract above.
+// Inputs and outputs must be defined tensors; outputs that are not floating point, or do
+// not depend on anything that requires grad, come back with requires_grad false.
+std::vector<torch::Tensor> checkpoint(const CheckpointFn& fn,
+                                      const std::vector<torch::Tensor>& inputs,
+                                      const std::vector<torch::Tensor>& params = {});
+
+// One tensor in, one out.
+torch::Tensor checkpoint(const std::function<torch::Tensor(const torch::Tensor&)>& fn,
+                         const torch::Tensor& input, const std::vector<torch::Tensor>& params = {});
+
+// A layer (tensor in, tensor out) whose forward is checkpointed, with the layer's own
+// parameters declared. Transparent, like fsdp::wrap: it registers the layer's parameters,
+// buffers and children under their own names, so state dicts are the same with and
+// without it. Under FSDP, wrap this wrapper (not the other way round).
+class CheckpointedImpl : public torch::nn::Module {
+ public:
+  explicit CheckpointedImpl(torch::nn::AnyModule inner);
+  torch::Tensor forward(const torch::Tensor& x);
+  const std::shared_ptr<torch::nn::Module>& inner() const { return inner_; }
+  // Off: a plain forward of the layer (e.g. to compare memory and time).
+  void set_enabled(bool on) { enabled_ = on; }
+  bool enabled() const { return enabled_; }
+  void pretty_print(std::ostream& stream) const override;
+
+ private:
+  torch::nn::AnyModule any_;
+  std::shared_ptr<torch::nn::Module> inner_;
+  bool enabled_ = true;
+};
+TORCH_MODULE(Checkpointed);
+
+template <class M>
+Checkpointed checkpoint_wrapper(const torch::nn::ModuleHolder<M>& layer) {
+  return Checkpointed(torch::nn::AnyModule(layer));
+}
+template <class M>
+Checkpointed checkpoint_wrapper(std::shared_ptr<M> layer) {
+  return Checkpointed(torch::nn::AnyModule(std::move(layer)));
+}
+
+}  // namespace lockstep

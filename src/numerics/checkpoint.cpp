@@ -1,0 +1,274 @@
+// Activation checkpointing; see include/lockstep/numerics/checkpoint.h and docs/memory.md.
+//
+// One custom autograd Function per checkpoint. Its inputs are the data inputs AND the
+// block's parameters, so in the outer backward the parameters' gradients leave this node
+// along ordinary edges into their AccumulateGrad nodes, once each: DDP's and FSDP's
+// post-hooks on those nodes fire exactly as without checkpointing. The recomputation is
+// differentiated with torch::autograd::grad, which captures the gradients of the leaves it
+// is asked for without running their accumulators (a nested backward() into the
+// accumulators would fire the hooks inside a nested graph task, where DDP's
+// end-of-backward callback would be queued on the wrong task).
+#include <lockstep/error.h>
+#include <lockstep/numerics/autocast.h>
+#include <lockstep/numerics/checkpoint.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <ATen/core/ivalue.h>
+#include <torch/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
+#include <torch/cuda.h>
+
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <utility>
+
+namespace lockstep {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// --- RNG: captured in forward, forked for the recomputation ----------------------------
+
+struct RngState {
+  at::Tensor cpu;
+  std::vector<at::Tensor> cuda;  // one per device, when CUDA is available
+};
+
+at::Tensor generator_state(at::Generator gen) {
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();  // a copy
+}
+
+void set_generator_state(at::Generator gen, const at::Tensor& state) {
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+at::Generator cuda_generator(int64_t device) {
+  return at::globalContext().defaultGenerator(
+      c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
+}
+
+RngState capture_rng() {
+  RngState s;
+  s.cpu = generator_state(at::detail::getDefaultCPUGenerator());
+  if (torch::cuda::is_available())
+    for (int64_t d = 0; d < static_cast<int64_t>(torch::cuda::device_count()); ++d)
+      s.cuda.push_back(generator_state(cuda_generator(d)));
+  return s;
+}
+
+void restore_rng(const RngState& s) {
+  set_generator_state(at::detail::getDefaultCPUGenerator(), s.cpu);
+  for (size_t d = 0; d < s.cuda.size(); ++d)
+    set_generator_state(cuda_generator(static_cast<int64_t>(d)), s.cuda[d]);
+}
+
+// Sets the forward's RNG state for a scope and puts the caller's back afterwards (also on
+// an exception): backward consumes no random numbers of the training loop's stream.
+class RngFork {
+ public:
+  explicit RngFork(const RngState& forward_state) : previous_(capture_rng()) {
+    restore_rng(forward_state);
+  }
+  ~RngFork() { restore_rng(previous_); }
+  RngFork(const RngFork&) = delete;
+  RngFork& operator=(const RngFork&) = delete;
+
+ private:
+  RngState previous_;
+};
+
+// --- the autograd Function ---------------------------------------------------------------
+
+// What backward needs besides the saved inputs; held by the node (an IValue capsule).
+struct State : torch::CustomClassHolder {
+  CheckpointFn fn;
+  size_t num_inputs = 0;
+  std::vector<at::Tensor> params;  // those that require grad
+  RngState rng;
+  amp::AutocastState autocast;
+};
+
+std::string shape_of(const at::Tensor& t) {
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "] " + std::string(c10::toString(t.scalar_type()));
+}
+
+// Every leaf the recomputed graph reaches must be an input or a declared parameter: the
+// gradient of any other leaf has no edge out of the checkpoint and would be lost.
+void check_leaves_declared(const variable_list& outputs, const variable_list& inputs,
+                           const std::vector<at::Tensor>& params) {
+  std::unordered_set<const c10::TensorImpl*> declared;
+  for (const auto& t : inputs) declared.insert(t.unsafeGetTensorImpl());
+  for (const auto& t : params) declared.insert(t.unsafeGetTensorImpl());
+  std::vector<torch::autograd::Node*> stack;
+  std::unordered_set<torch::autograd::Node*> seen;
+  for (const auto& o : outputs) {
+    auto edge = torch::autograd::impl::gradient_edge(o);
+    if (o.requires_grad() && edge.function && seen.insert(edge.function.get()).second)
+      stack.push_back(edge.function.get());
+  }
+  while (!stack.empty()) {
+    torch::autograd::Node* node = stack.back();
+    stack.pop_back();
+    if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(node)) {
+      const auto& v = acc->variable;
+      if (v.requires_grad() && declared.count(v.unsafeGetTensorImpl()) == 0)
+        throw InvalidArgument(detail::concat(
+            "lockstep::checkpoint: the checkpointed function uses a tensor of shape ", shape_of(v),
+            " that requires grad but is neither an input nor in `params`; its gradient "
+            "would be lost: pass it in `params` (for a module: all of module->parameters())"));
+      continue;
+    }
+    for (const auto& e : node->next_edges())
+      if (e.function && seen.insert(e.function.get()).second) stack.push_back(e.function.get());
+  }
+}
+
+// Runs fn again with grad on, under the forward's RNG and autocast state, on leaves that
+// stand in for the saved inputs.
+variable_list recompute(const State& st, const variable_list& saved, variable_list& leaves) {
+  for (const auto& x : saved) {
+    at::Tensor d = x.detach();
+    if (x.requires_grad()) d.requires_grad_(true);
+    leaves.push_back(d);
+  }
+  RngFork fork(st.rng);
+  amp::Autocast autocast(st.autocast);
+  torch::AutoGradMode grad_on(true);
+  return st.fn(leaves);
+}
+
+struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
+  // `all`: the data inputs, then the parameters; both become edges of this node.
+  static variable_list forward(AutogradContext* ctx, at::TensorList all,
+                               const c10::intrusive_ptr<State>& st) {
+    const variable_list inputs(all.begin(), all.begin() + static_cast<int64_t>(st->num_inputs));
+    st->rng = capture_rng();
+    st->autocast = amp::current_state();
+    std::vector<int64_t> versions;
+    for (const auto& x : inputs) versions.push_back(x._version());
+    variable_list outputs = st->fn(inputs);  // grad mode is off here (Function::apply)
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i]._version() != versions[i])
+        throw InvalidArgument(
+            detail::concat("lockstep::checkpoint: the checkpointed function modified its input ", i,
+                           " in place; the recomputation in backward would see the modified value: "
+                           "clone the input inside the function before modifying it"));
+    for (size_t i = 0; i < outputs.size(); ++i)
+      LOCKSTEP_CHECK(outputs[i].defined(), "lockstep::checkpoint: output ", i,
+                     " of the checkpointed function is undefined; return defined tensors only");
+    ctx->save_for_backward(inputs);  // version-checked again when backward unpacks them
+    ctx->saved_data["state"] = at::IValue::make_capsule(st);
+    ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined
+    return outputs;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    if (at::GradMode::is_enabled())
+      throw InvalidArgument(
+          "lockstep::checkpoint: backward with create_graph=true (double backward) is not "
+          "supported through a checkpoint; run this model without checkpointing");
+    const auto st = c10::static_intrusive_pointer_cast<State>(ctx->saved_data["state"].toCapsule());
+    const variable_list saved = ctx->get_saved_variables();
+    variable_list leaves;
+    const variable_list outputs = recompute(*st, saved, leaves);
+    check_leaves_declared(outputs, leaves, st->params);
+
+    variable_list roots, root_grads, targets;
+    for (size_t i = 0; i < outputs.size() && i < grad_outputs.size(); ++i)
+      if (outputs[i].requires_grad() && grad_outputs[i].defined()) {
+        roots.push_back(outputs[i]);
+        root_grads.push_back(grad_outputs[i]);
+      }
+    std::vector<size_t> slot;  // target k -> position among this node's inputs
+    for (size_t i = 0; i < leaves.size(); ++i)
+      if (leaves[i].requires_grad()) {
+        targets.push_back(leaves[i]);
+        slot.push_back(i);
+      }
+    for (size_t j = 0; j < st->params.size(); ++j) {
+      targets.push_back(st->params[j]);
+      slot.push_back(leaves.size() + j);
+    }
+    // One per tensor of `all`, and an undefined one for the State argument.
+    variable_list result(leaves.size() + st->params.size() + 1);
+    if (roots.empty() || targets.empty()) return result;
+    const variable_list grads = torch::autograd::grad(roots, targets, root_grads,
+                                                      /*retain_graph=*/false,
+                                                      /*create_graph=*/false,
+                                                      /*allow_unused=*/true);
+    for (size_t k = 0; k < grads.size(); ++k) result[slot[k]] = grads[k];
+    return result;
+  }
+};
+
+}  // namespace
+
+std::vector<torch::Tensor> checkpoint(const CheckpointFn& fn,
+                                      const std::vector<torch::Tensor>& inputs,
+                                      const std::vector<torch::Tensor>& params) {
+  LOCKSTEP_CHECK(static_cast<bool>(fn), "lockstep::checkpoint: empty function");
+  bool needs_grad = false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    LOCKSTEP_CHECK(inputs[i].defined(), "lockstep::checkpoint: input ", i,
+                   " is undefined; pass defined tensors only");
+    needs_grad = needs_grad || inputs[i].requires_grad();
+  }
+  auto st = c10::make_intrusive<State>();
+  for (const auto& p : params)
+    if (p.defined() && p.requires_grad()) st->params.push_back(p);
+  needs_grad = needs_grad || !st->params.empty();
+  if (!at::GradMode::is_enabled() || !needs_grad) return fn(inputs);  // nothing to save
+
+  st->fn = fn;
+  st->num_inputs = inputs.size();
+  std::vector<at::Tensor> all = inputs;
+  all.insert(all.end(), st->params.begin(), st->params.end());
+  return CheckpointFunction::apply(at::TensorList(all), st);
+}
+
+torch::Tensor checkpoint(const std::function<torch::Tensor(const torch::Tensor&)>& fn,
+                         const torch::Tensor& input, const std::vector<torch::Tensor>& params) {
+  LOCKSTEP_CHECK(static_cast<bool>(fn), "lockstep::checkpoint: empty function");
+  auto out = checkpoint(
+      [fn](const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{fn(in[0])}; },
+      std::vector<torch::Tensor>{input}, params);
+  return out[0];
+}
+
+// --- the module wrapper ------------------------------------------------------------------
+
+CheckpointedImpl::CheckpointedImpl(torch::nn::AnyModule inner)
+    : torch::nn::Module("lockstep::Checkpointed"), any_(std::move(inner)) {
+  LOCKSTEP_CHECK(!any_.is_empty(), "lockstep::checkpoint_wrapper: empty module");
+  inner_ = any_.ptr();
+  // The inner module's own members under their own names: the wrapper adds no name level,
+  // so checkpoints load with and without it.
+  for (const auto& p : inner_->named_parameters(/*recurse=*/false))
+    register_parameter(p.key(), p.value(), p.value().requires_grad());
+  for (const auto& b : inner_->named_buffers(/*recurse=*/false))
+    register_buffer(b.key(), b.value());
+  for (const auto& c : inner_->named_children()) register_module(c.key(), c.value());
+}
+
+torch::Tensor CheckpointedImpl::forward(const torch::Tensor& x) {
+  if (!enabled_) return any_.forward(x);
+  torch::nn::AnyModule layer = any_;  // shares the module; keeps it alive until backward
+  return checkpoint([layer](const torch::Tensor& in) mutable { return layer.forward(in); }, x,
+                    parameters(/*recurse=*/true));
+}
+
+void CheckpointedImpl::pretty_print(std::ostream& stream) const {
+  stream << "lockstep::Checkpointed(";
+  inner_->pretty_print(stream);
+  stream << ")";
+}
+
+}  // namespace lockstep
