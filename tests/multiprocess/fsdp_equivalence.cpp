@@ -7,11 +7,12 @@
 // the model, nothing stays gathered after a step), the full state dict loaded into a plain
 // copy of the model, and the errors for a unit run twice in one forward and for a model
 // that differs across ranks (--mismatch). --save-sharded DIR / --load-sharded DIR: a sharded
-// checkpoint (AdamW state included) written at one world size and loaded at another gives
-// the same parameters, and training on from it the same parameters as training on at the
-// saving world size; damaged checkpoints give errors that name the file or unit.
-// Runs standalone under lockstep-run / mpirun; prints "N passed, M failed".
+// checkpoint (AdamW state included; AnyPrecision AdamW's too) written at one world size and loaded
+// at another gives the same parameters, and training on from it the same parameters as training on
+// at the saving world size; damaged checkpoints give errors that name the file or unit. Runs
+// standalone under lockstep-run / mpirun; prints "N passed, M failed".
 #include <lockstep/lockstep.h>
+#include <lockstep/numerics/anyprecision_adamw.h>
 #include <lockstep/parallel/fsdp/fsdp.h>
 
 #include <torch/torch.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -435,19 +437,48 @@ double diff_to_file(lockstep::FullyShardedDataParallel<Net>& f, const std::strin
   return d;
 }
 
+// The optimizers whose state the checkpoints hold, each in its own subfolder: AdamW, and
+// AnyPrecision AdamW with Kahan on and a float32 variance of the float64 shards (whose
+// rounding may differ in the last bit across world sizes: a looser tolerance).
+struct CkptOpt {
+  std::string sub;
+  double tol = 0;
+  std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)> make;
+};
+
+std::vector<CkptOpt> ckpt_opts() {
+  namespace opt = lockstep::optim;
+  return {{"", 1e-10,
+           [](std::vector<torch::Tensor> ps) {
+             return std::make_unique<torch::optim::AdamW>(adamw_opt(std::move(ps)));
+           }},
+          {"/anyprecision", 1e-8, [](std::vector<torch::Tensor> ps) {
+             return std::make_unique<opt::AnyPrecisionAdamW>(
+                 std::move(ps), opt::AnyPrecisionAdamWOptions(1e-2)
+                                    .weight_decay(0.05)
+                                    .use_kahan_summation(true)
+                                    .momentum_dtype(at::kDouble)
+                                    .variance_dtype(at::kFloat)
+                                    .compensation_buffer_dtype(at::kDouble));
+           }}};
+}
+
 // Written at the saving world size: the checkpoint after 3 steps, and the full parameters
 // after 3 and after 5 steps.
-void save_sharded(const std::shared_ptr<lockstep::ProcessGroup>& pg, const std::string& dir) {
-  auto f = sharded_model(pg, 3);
-  auto opt = adamw_opt(f->parameters());
-  train_steps(*f, opt, 0, 3);
-  f->save_sharded_state(dir + "/ckpt", &opt);
-  f->save_full_state_dict(dir + "/at3.pt");
-  train_steps(*f, opt, 3, 2);
-  f->save_full_state_dict(dir + "/at5.pt");
-  check(
-      "P=" + std::to_string(pg->size()) + " sharded checkpoint saved",
-      std::filesystem::exists(dir + "/ckpt/" + fsdp::FSDPCore::sharded_file_name(pg->size() - 1)));
+void save_sharded(const std::shared_ptr<lockstep::ProcessGroup>& pg, const std::string& root) {
+  for (const auto& o : ckpt_opts()) {
+    const std::string dir = root + o.sub;
+    auto f = sharded_model(pg, 3);
+    auto opt = o.make(f->parameters());
+    train_steps(*f, *opt, 0, 3);
+    f->save_sharded_state(dir + "/ckpt", opt.get());
+    f->save_full_state_dict(dir + "/at3.pt");
+    train_steps(*f, *opt, 3, 2);
+    f->save_full_state_dict(dir + "/at5.pt");
+    check("P=" + std::to_string(pg->size()) + " sharded checkpoint saved" + o.sub,
+          std::filesystem::exists(dir + "/ckpt/" +
+                                  fsdp::FSDPCore::sharded_file_name(pg->size() - 1)));
+  }
 }
 
 // Damaged checkpoints (single rank): a missing file, another model, and the states a crash
@@ -477,15 +508,33 @@ void damaged_checkpoints(const std::shared_ptr<lockstep::ProcessGroup>& pg,
   check("another model's checkpoint is refused", e.find("different model") != std::string::npos, e);
 }
 
-void load_sharded(const std::shared_ptr<lockstep::ProcessGroup>& pg, const std::string& dir) {
-  const std::string tag = "P=" + std::to_string(pg->size()) + " sharded load";
-  auto f = sharded_model(pg, 99);  // other weights: the load must replace them all
-  auto opt = adamw_opt(f->parameters());
-  f->load_sharded_state(dir + "/ckpt", &opt);
-  report(tag + ": params", diff_to_file(*f, dir + "/at3.pt"), 0);
-  train_steps(*f, opt, 3, 2);  // AdamW's moments and step count came back too
-  report(tag + ": 2 more steps", diff_to_file(*f, dir + "/at5.pt"), 1e-10);
-  if (pg->size() == 1) damaged_checkpoints(pg, dir);
+// AnyPrecision AdamW's loaded state: step 3, each tensor in its option's dtype, and the
+// Kahan compensation present (in float64 it is too small to show in the parameters).
+bool anyprecision_state_loaded(const torch::optim::Optimizer& opt) {
+  bool ok = !opt.state().empty();
+  for (const auto& [key, st] : opt.state()) {
+    const auto* s = dynamic_cast<const lockstep::optim::AnyPrecisionAdamWParamState*>(st.get());
+    ok = ok && s != nullptr && s->step() == 3 && s->exp_avg().scalar_type() == at::kDouble &&
+         s->exp_avg_sq().scalar_type() == at::kFloat && s->compensation().defined() &&
+         s->compensation().scalar_type() == at::kDouble;
+  }
+  return ok;
+}
+
+void load_sharded(const std::shared_ptr<lockstep::ProcessGroup>& pg, const std::string& root) {
+  for (const auto& o : ckpt_opts()) {
+    const std::string dir = root + o.sub;
+    const std::string tag = "P=" + std::to_string(pg->size()) + " sharded load" + o.sub;
+    auto f = sharded_model(pg, 99);  // other weights: the load must replace them all
+    auto opt = o.make(f->parameters());
+    f->load_sharded_state(dir + "/ckpt", opt.get());
+    report(tag + ": params", diff_to_file(*f, dir + "/at3.pt"), 0);
+    if (!o.sub.empty())
+      check(tag + ": state dtypes and compensation", anyprecision_state_loaded(*opt));
+    train_steps(*f, *opt, 3, 2);  // the moments (and compensation) and step count came back
+    report(tag + ": 2 more steps", diff_to_file(*f, dir + "/at5.pt"), o.tol);
+  }
+  if (pg->size() == 1) damaged_checkpoints(pg, root);
 }
 
 }  // namespace

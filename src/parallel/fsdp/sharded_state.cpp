@@ -3,6 +3,7 @@
 // unit, the part of the flat order this rank now owns out of the files that hold it
 // (docs/fsdp.md, "State dicts"; the file format in docs/formats.md).
 #include <lockstep/error.h>
+#include <lockstep/numerics/anyprecision_adamw.h>
 #include <lockstep/parallel/fsdp/core.h>
 
 #include <ATen/ATen.h>
@@ -40,20 +41,27 @@ std::string layout_of(const FlatUnit& u) {
   return os.str();
 }
 
-// --- optimizer state: the per-element tensors of SGD, Adam and AdamW, and their step ---
+// --- optimizer state: the per-element tensors of SGD, Adam, AdamW and AnyPrecision AdamW,
+// and their step ---
+
+using lockstep::optim::AnyPrecisionAdamW;
+using lockstep::optim::AnyPrecisionAdamWParamState;
 
 struct OptState {
-  std::string kind = "none";  // "none" (no state yet), "sgd", "adam", "adamw"
+  // "none" (no state yet), "sgd", "adam", "adamw", "anyprecision_adamw"
+  std::string kind = "none";
   int64_t step = 0;
-  std::map<std::string, at::Tensor> tensors;  // each as long as the shard
+  std::map<std::string, at::Tensor> tensors;  // each as long as the shard, in its own dtype
 };
 
 std::string optimizer_kind(const torch::optim::Optimizer& opt) {
+  if (dynamic_cast<const AnyPrecisionAdamW*>(&opt)) return "anyprecision_adamw";
   if (dynamic_cast<const torch::optim::AdamW*>(&opt)) return "adamw";
   if (dynamic_cast<const torch::optim::Adam*>(&opt)) return "adam";
   if (dynamic_cast<const torch::optim::SGD*>(&opt)) return "sgd";
   throw InvalidArgument(
-      "FSDP sharded checkpoints hold the optimizer state of SGD, Adam and AdamW only; "
+      "FSDP sharded checkpoints hold the optimizer state of SGD, Adam, AdamW and "
+      "AnyPrecisionAdamW only; "
       "save the state of other optimizers with the full state dict");
 }
 
@@ -65,12 +73,21 @@ void adam_like_to(const S& s, OptState& out) {
   out.tensors["max_exp_avg_sq"] = s.max_exp_avg_sq();
 }
 
+void anyprecision_to(const AnyPrecisionAdamWParamState& s, OptState& out) {
+  out.step = s.step();
+  out.tensors["exp_avg"] = s.exp_avg();
+  out.tensors["exp_avg_sq"] = s.exp_avg_sq();
+  out.tensors["compensation"] = s.compensation();  // undefined without Kahan: dropped
+}
+
 OptState state_of(const torch::optim::Optimizer& opt, const at::Tensor& shard) {
   OptState out;
   const auto it = opt.state().find(c10::guts::to_string(shard.unsafeGetTensorImpl()));
   if (it == opt.state().end()) return out;
   out.kind = optimizer_kind(opt);
-  if (const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get()))
+  if (const auto* p = dynamic_cast<const AnyPrecisionAdamWParamState*>(it->second.get()))
+    anyprecision_to(*p, out);
+  else if (const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get()))
     adam_like_to(*s, out);
   else if (const auto* a = dynamic_cast<const torch::optim::AdamParamState*>(it->second.get()))
     adam_like_to(*a, out);
@@ -95,6 +112,14 @@ void set_state(torch::optim::Optimizer& opt, const at::Tensor& shard, const OptS
   auto& slot = opt.state()[c10::guts::to_string(shard.unsafeGetTensorImpl())];
   if (st.kind == "adamw") slot = adam_like_from<torch::optim::AdamWParamState>(st);
   if (st.kind == "adam") slot = adam_like_from<torch::optim::AdamParamState>(st);
+  if (st.kind == "anyprecision_adamw") {
+    auto s = std::make_unique<AnyPrecisionAdamWParamState>();
+    s->step(st.step);
+    s->exp_avg(st.tensors.at("exp_avg"));
+    s->exp_avg_sq(st.tensors.at("exp_avg_sq"));
+    if (st.tensors.count("compensation") != 0) s->compensation(st.tensors.at("compensation"));
+    slot = std::move(s);
+  }
   if (st.kind == "sgd") {
     auto s = std::make_unique<torch::optim::SGDParamState>();
     s->momentum_buffer(st.tensors.at("momentum_buffer"));
@@ -180,11 +205,14 @@ void read_opt_range(InputArchive& ua, const std::string& file, const FlatUnit& u
                                          " state but the optimizer is ", want_kind));
   st.kind = kind;
   st.step = read_int(ua, "opt_step");
-  for (const char* name : {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"}) {
+  for (const char* name :
+       {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "compensation"}) {
     at::Tensor src;
     if (!ua.try_read(std::string("opt.") + name, src)) continue;
     auto& dst = st.tensors[name];
-    if (!dst.defined()) dst = at::zeros_like(u.shard().detach());
+    // In the saved dtype: AnyPrecisionAdamW's states may differ from the shard's.
+    if (!dst.defined())
+      dst = at::zeros_like(u.shard().detach(), at::TensorOptions().dtype(src.scalar_type()));
     at::NoGradGuard no_grad;
     dst.narrow(0, lo - u.shard_offset(), hi - lo).copy_(src.narrow(0, lo - f_off, hi - lo));
   }
