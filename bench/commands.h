@@ -21,6 +21,7 @@ Command compression_command(CLI::App& bench);
 Command ddp_command(CLI::App& bench);
 Command fsdp_command(CLI::App& bench);
 Command memory_command(CLI::App& bench);
+Command optimizer_command(CLI::App& bench);
 Command train_command(CLI::App& bench);
 
 // The option group of flags only workers take (their drivers pass them): CLI11 leaves
