@@ -37,7 +37,7 @@ void GradScaler::unscale(torch::optim::Optimizer& optimizer) {
   // same numbers as PyTorch's for power-of-two scales and close otherwise.
   const double inv = static_cast<double>(1.0f / static_cast<float>(scale_));
   const bool found = unscale_and_check(grads, inv);
-  found_ranks_ = ranks_with_flag(group_.get(), found);
+  found_ranks_ = ranks_with_flag(flags_of_ranks(group_.get(), found ? 1 : 0));
   stage_ = Stage::Unscaled;
 }
 

@@ -80,20 +80,26 @@ bool has_non_finite(const std::vector<at::Tensor>& tensors) {
   return unscale_and_check(tensors, 1.0);
 }
 
-std::vector<int> ranks_with_flag(comm::ProcessGroup* group, bool flag) {
-  if (group == nullptr || group->size() == 1)
-    return flag ? std::vector<int>{0} : std::vector<int>{};
-  // One slot per rank, so every rank learns which ranks raised the flag (for the error
-  // message), not only that one did: P floats, one small allreduce.
+std::vector<int> flags_of_ranks(comm::ProcessGroup* group, int flag) {
+  LOCKSTEP_CHECK(flag >= 0 && flag < (1 << 24), "flags_of_ranks: flag ", flag, " out of range");
+  if (group == nullptr || group->size() == 1) return {flag};
+  // One slot per rank, written only by its rank, so the MAX over ranks is every rank's
+  // value (floats hold integers below 2^24 exactly): P floats, one small allreduce.
   auto slots = torch::zeros({group->size()}, torch::kFloat);
-  if (flag) slots[group->rank()] = 1.0f;
+  slots[group->rank()] = static_cast<float>(flag);
   comm::AllreduceOptions max;
   max.op = comm::ReduceOp::Max;
   group->allreduce(slots, max)->wait();
-  std::vector<int> out;
+  std::vector<int> out(static_cast<size_t>(group->size()));
   const auto* s = slots.data_ptr<float>();
-  for (int r = 0; r < group->size(); ++r)
-    if (s[r] != 0.0f) out.push_back(r);
+  for (size_t r = 0; r < out.size(); ++r) out[r] = static_cast<int>(s[r]);
+  return out;
+}
+
+std::vector<int> ranks_with_flag(const std::vector<int>& flags) {
+  std::vector<int> out;
+  for (size_t r = 0; r < flags.size(); ++r)
+    if (flags[r] != 0) out.push_back(static_cast<int>(r));
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <lockstep/train/config.h>
 
 #include <lockstep/parallel/fsdp/options.h>
+#include <lockstep/numerics/autocast.h>
 #include <lockstep/train/config_schema.h>
 
 #include <toml++/toml.h>
@@ -82,6 +83,24 @@ void declare_strategy_keys(ConfigSchema& s, StrategyConfig& c) {
   s.boolean("strategy.forward_prefetch", c.forward_prefetch);
 }
 
+// [precision], [memory] and the options of anyprecision_adamw (docs/precision.md).
+void declare_precision_keys(ConfigSchema& s, TrainConfig& c) {
+  const std::vector<std::string> dtypes{"float32", "bfloat16", "float64"};
+  auto& o = c.optim;
+  s.boolean("optim.kahan_summation", o.kahan_summation);
+  s.one_of("optim.momentum_dtype", o.momentum_dtype, dtypes);
+  s.one_of("optim.variance_dtype", o.variance_dtype, dtypes);
+  s.one_of("optim.compensation_dtype", o.compensation_dtype, dtypes);
+  auto& p = c.precision;
+  s.one_of("precision.param_dtype", p.param_dtype, dtypes);
+  s.one_of("precision.autocast", p.autocast, {"none", "bfloat16", "float16"});
+  s.one_of("precision.loss_scaling", p.loss_scaling, {"none", "dynamic"});
+  s.f64("precision.init_scale", p.init_scale, 1.0);
+  s.i64("precision.growth_interval", p.growth_interval, 1);
+  s.boolean("memory.activation_checkpointing", c.memory.activation_checkpointing);
+  s.one_of("train.non_finite", c.train.non_finite, {"stop", "skip"});
+}
+
 // The trainer's own keys; the workload adds its own to the same schema.
 void declare_trainer_keys(ConfigSchema& s, TrainConfig& c,
                           const std::vector<std::string>& gate_metrics) {
@@ -90,7 +109,7 @@ void declare_trainer_keys(ConfigSchema& s, TrainConfig& c,
   s.str("run.out_dir", c.run.out_dir);
   s.i64("run.seed", c.run.seed, 0);
   auto& o = c.optim;
-  s.one_of("optim.name", o.name, {"sgd", "adamw"});
+  s.one_of("optim.name", o.name, {"sgd", "adamw", "anyprecision_adamw"});
   s.f64("optim.lr", o.lr, 0);
   s.f64("optim.weight_decay", o.weight_decay, 0);
   s.f64("optim.momentum", o.momentum, 0, 1);
@@ -110,6 +129,7 @@ void declare_trainer_keys(ConfigSchema& s, TrainConfig& c,
   s.i64("train.stop_after_steps", t.stop_after_steps, 0);
   s.i64("train.threads", t.threads, 1);
   declare_strategy_keys(s, c.strategy);
+  declare_precision_keys(s, c);
   s.one_of("eval.metric", c.eval.metric, gate_metrics);
   s.f64("eval.threshold", c.eval.threshold, 0, 1);
   s.i64("checkpoint.every_steps", c.checkpoint.every_steps, 0);
@@ -136,8 +156,40 @@ void apply(const ConfigSchema& schema, const toml::table& root) {
   }
 }
 
+// The combinations of [precision], [memory] and optim.name that cannot work.
+void validate_precision_keys(const TrainConfig& c, const toml::table& root) {
+  auto at = [&](const char* section, const char* key) {
+    const toml::node* n = root[section][key].node();
+    return n ? where(*n) : c.source + ": ";
+  };
+  const auto& p = c.precision;
+  if (p.autocast != "none") {
+    amp::AutocastOptions a;
+    a.dtype = p.autocast == "float16" ? c10::ScalarType::Half : c10::ScalarType::BFloat16;
+    try {
+      amp::Autocast probe(a);  // the runtime's own rule: this libtorch, this device
+    } catch (const InvalidArgument& e) {
+      throw ConfigError(at("precision", "autocast") + "key 'precision.autocast' = '" +
+                        p.autocast + "': " + e.what() + "; use \"bfloat16\" or \"none\"");
+    }
+  }
+  if (c.optim.name != "anyprecision_adamw")
+    for (const char* k : {"kahan_summation", "momentum_dtype", "variance_dtype",
+                          "compensation_dtype"})
+      if (root["optim"][k].node() != nullptr)
+        throw ConfigError(at("optim", k) + "key 'optim." + k +
+                          "' is an option of optim.name = \"anyprecision_adamw\", not of \"" +
+                          c.optim.name + "\"");
+  if (p.loss_scaling == "none")
+    for (const char* k : {"init_scale", "growth_interval"})
+      if (root["precision"][k].node() != nullptr)
+        throw ConfigError(at("precision", k) + "key 'precision." + k +
+                          "' needs precision.loss_scaling = \"dynamic\"");
+}
+
 // Checks across the trainer's keys once all are set. `root` gives the offending key's line.
 void validate_trainer_keys(const TrainConfig& c, const toml::table& root) {
+  validate_precision_keys(c, root);
   const auto& st = c.strategy;
   if (st.kind == "fsdp" && st.comm_hook != "none") {
     const toml::node* n = root["strategy"]["comm_hook"].node();

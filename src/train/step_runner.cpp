@@ -1,8 +1,12 @@
 #include "train/step_runner.h"
 
 #include "train/fsdp_support.h"
+#include "train/precision_support.h"
 
+#include <lockstep/numerics/non_finite.h>
 #include <lockstep/parallel/hooks/qsgd_hook.h>
+
+#include <cmath>
 
 namespace lockstep::train {
 
@@ -14,25 +18,26 @@ StepRunner::StepRunner(const TrainConfig& cfg, Workload& workload,
                        std::shared_ptr<torch::nn::Module> model,
                        std::shared_ptr<comm::ProcessGroup> group)
     : cfg_(cfg), workload_(workload), model_(std::move(model)), group_(std::move(group)) {
+  prepare_precision();  // the parameters' dtype first: FSDP flattens what it is given
   if (cfg_.strategy.kind == "fsdp") {
     LOCKSTEP_CHECK(group_, "strategy.kind = \"fsdp\" needs a process group");
     fsdp_ = std::make_unique<fsdp::FullyShardedDataParallel<LossCallImpl>>(
         std::make_shared<LossCallImpl>(model_), group_, fsdp_options(cfg_.strategy));
-    build_optimizer(fsdp_->parameters());  // the local shards: optimizer state is 1/P
+    optimizer_ = make_optimizer(cfg_.optim, fsdp_->parameters());  // the local shards: 1/P
   } else {
-    build_optimizer(model_->parameters());
+    optimizer_ = make_optimizer(cfg_.optim, model_->parameters());
   }
 }
 
-void StepRunner::build_optimizer(const std::vector<torch::Tensor>& params) {
-  const auto& o = cfg_.optim;
-  if (o.name == "sgd")
-    optimizer_ = std::make_unique<torch::optim::SGD>(
-        params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
-  else
-    optimizer_ = std::make_unique<torch::optim::AdamW>(
-        params,
-        torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(o.weight_decay));
+void StepRunner::prepare_precision() {
+  if (cfg_.memory.activation_checkpointing && !workload_.supports_activation_checkpointing())
+    throw ConfigError(cfg_.source + ": memory.activation_checkpointing = true, but workload '" +
+                      cfg_.run.workload +
+                      "' does not checkpoint its layers; set it to false (docs/memory.md)");
+  const auto dtype = *dtype_named(cfg_.precision.param_dtype);
+  if (dtype != at::kFloat) model_->to(dtype);
+  autocast_ = autocast_options(cfg_.precision);
+  scaler_ = make_scaler(cfg_.precision, group_);
 }
 
 void StepRunner::wrap_ddp() {
@@ -53,7 +58,11 @@ void StepRunner::wrap_ddp() {
 }
 
 torch::Tensor StepRunner::forward_loss(const Batch& batch) {
-  const std::function<torch::Tensor()> loss = [&] { return workload_.loss(batch); };
+  const std::function<torch::Tensor()> loss = [&] {
+    std::optional<amp::Autocast> scope;
+    if (autocast_) scope.emplace(*autocast_);
+    return workload_.loss(batch);
+  };
   if (ddp_) return ddp_->forward(loss);
   if (fsdp_) return fsdp_->forward(loss);
   return loss();
@@ -69,7 +78,55 @@ void StepRunner::clip_gradients() {
     torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.optim.grad_clip);
 }
 
-double StepRunner::step(BatchStream& batches, double lr, int64_t accum) {
+std::vector<torch::Tensor> StepRunner::local_grads() {
+  std::vector<torch::Tensor> grads;
+  for (auto& group : optimizer_->param_groups())
+    for (auto& p : group.params())
+      if (p.grad().defined()) grads.push_back(p.grad());
+  return grads;
+}
+
+namespace {
+std::string join(const std::vector<int>& ranks) {
+  std::string s;
+  for (const int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+}  // namespace
+
+// True when the step may go on. The decision is the group's (one small allreduce), so every
+// rank skips, throws or steps alike. With loss scaling the scaler decides (an overflow is
+// expected now and then: skip and back off); else the guard checks the loss and this
+// rank's gradients (under FSDP its shards).
+bool StepRunner::finite_or_skip(double loss_sum, int64_t step_number) {
+  if (scaler_) {
+    scaler_->unscale(*optimizer_);
+    if (scaler_->skipped_ranks().empty()) return true;
+    // Backing off below 1 means the gradients are not finite at any scale: no overflow.
+    if (scaler_->get_scale() * scaler_->options().backoff_factor < 1.0)
+      throw NonFiniteStep(detail::concat(
+          "step ", step_number, ": the gradients are not finite even with the loss scale at ",
+          scaler_->get_scale(), " (ranks ", join(scaler_->skipped_ranks()),
+          "): the loss diverged, not an fp16 overflow; lower optim.lr"));
+    return false;
+  }
+  const int flag = (std::isfinite(loss_sum) ? 0 : 2) | (amp::has_non_finite(local_grads()) ? 1 : 0);
+  const auto flags = amp::flags_of_ranks(group_.get(), flag);
+  const auto bad = amp::ranks_with_flag(flags);
+  if (bad.empty()) return true;
+  if (cfg_.train.non_finite == "skip") return false;
+  std::vector<int> loss_ranks;
+  for (const int r : bad)
+    if ((flags[size_t(r)] & 2) != 0) loss_ranks.push_back(r);
+  throw NonFiniteStep(detail::concat(
+      "step ", step_number, ": ", loss_ranks.empty() ? "the gradients are" : "the loss is",
+      " not finite on rank(s) ", join(loss_ranks.empty() ? bad : loss_ranks),
+      "; the step was not taken and no checkpoint holds this state (the newest checkpoint is "
+      "intact). Lower optim.lr or set optim.grad_clip, or set train.non_finite = \"skip\" to "
+      "skip such steps"));
+}
+
+double StepRunner::step(BatchStream& batches, double lr, int64_t accum, int64_t step_number) {
   for (auto& g : optimizer_->param_groups()) g.options().set_lr(lr);
   optimizer_->zero_grad();
   double loss_sum = 0;
@@ -77,7 +134,7 @@ double StepRunner::step(BatchStream& batches, double lr, int64_t accum) {
     const auto batch = batches.next(cfg_.train.batch_size);
     auto run = [&] {
       auto loss = forward_loss(*batch) / double(accum);
-      loss.backward();
+      (scaler_ ? scaler_->scale(loss) : loss).backward();
       loss_sum += loss.item<double>();
     };
     if (ddp_ && m + 1 < accum) {
@@ -87,14 +144,21 @@ double StepRunner::step(BatchStream& batches, double lr, int64_t accum) {
       run();
     }
   }
-  clip_gradients();
-  optimizer_->step();
   if (ddp_) {
     const auto& s = ddp_->last_step_stats();
     stats_.exposed_comm_s += s.exposed_comm_s;
     stats_.bytes_sent += s.bytes_sent;
     ++stats_.sync_steps;
   }
+  const bool go = finite_or_skip(loss_sum, step_number);
+  if (go) clip_gradients();  // on unscaled gradients
+  if (scaler_) {
+    scaler_->step(*optimizer_);  // skips what the scaler decided to skip
+    scaler_->update();
+  } else if (go) {
+    optimizer_->step();
+  }
+  if (!go) ++stats_.skipped_steps;
   return loss_sum;
 }
 

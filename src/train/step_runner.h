@@ -1,9 +1,13 @@
-// One optimizer step of the trainer: `accum` micro-batches of the workload's loss, DDP's
-// no_sync() on all but the last (FSDP reduce-scatters every micro-step and accumulates into
-// the shards), global-norm clipping, the optimizer step, and the communication statistics
-// DDP reports.
+// One optimizer step of the trainer: `accum` micro-batches of the workload's loss (under
+// autocast when [precision] asks for it), DDP's no_sync() on all but the last (FSDP
+// reduce-scatters every micro-step and accumulates into the shards), the non-finite check
+// (the gradient scaler's with loss scaling, else the guard's: one small allreduce either
+// way), global-norm clipping, the optimizer step, and the communication statistics DDP
+// reports.
 #pragma once
 
+#include <lockstep/numerics/autocast.h>
+#include <lockstep/numerics/grad_scaler.h>
 #include <lockstep/parallel/ddp/ddp.h>
 #include <lockstep/parallel/fsdp/fully_sharded_data_parallel.h>
 #include <lockstep/train/config.h>
@@ -13,6 +17,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 namespace lockstep::train {
 
@@ -32,6 +37,14 @@ struct CommStats {
   double exposed_comm_s = 0;  // summed over synchronized steps
   int64_t bytes_sent = 0;
   int64_t sync_steps = 0;
+  int64_t skipped_steps = 0;  // non-finite steps skipped (train.non_finite = "skip", scaler)
+};
+
+// A step whose loss or gradients were not finite with train.non_finite = "stop": thrown on
+// every rank (the decision is shared), naming the step and the ranks.
+class NonFiniteStep : public Error {
+ public:
+  using Error::Error;
 };
 
 class StepRunner {
@@ -49,15 +62,22 @@ class StepRunner {
   // loading a checkpoint: construction broadcasts rank 0's (identical) parameters.
   void wrap_ddp();
 
-  // One optimizer step at `lr` over `accum` micro-batches of `batch_size` from `batches`;
-  // returns the step's mean loss.
-  double step(BatchStream& batches, double lr, int64_t accum);
+  // Optimizer step number `step_number` (1-based, for messages) at `lr` over `accum`
+  // micro-batches from `batches`; returns the step's mean loss. A step whose loss or
+  // gradients are not finite on any rank is skipped on every rank (train.non_finite =
+  // "skip", or loss scaling) or throws NonFiniteStep on every rank ("stop"), before the
+  // optimizer touches the parameters.
+  double step(BatchStream& batches, double lr, int64_t accum, int64_t step_number);
   const CommStats& comm_stats() const { return stats_; }
+  // The loss scaler (precision.loss_scaling = "dynamic"), else null.
+  amp::GradScaler* scaler() { return scaler_.get(); }
 
  private:
-  void build_optimizer(const std::vector<torch::Tensor>& params);
   torch::Tensor forward_loss(const Batch& batch);
   void clip_gradients();
+  void prepare_precision();
+  bool finite_or_skip(double loss_sum, int64_t step_number);
+  std::vector<torch::Tensor> local_grads();
 
   const TrainConfig& cfg_;
   Workload& workload_;
@@ -66,6 +86,8 @@ class StepRunner {
   std::unique_ptr<fsdp::FullyShardedDataParallel<LossCallImpl>> fsdp_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<ddp::DistributedDataParallel<LossCallImpl>> ddp_;
+  std::optional<amp::AutocastOptions> autocast_;
+  std::unique_ptr<amp::GradScaler> scaler_;
   CommStats stats_;
 };
 

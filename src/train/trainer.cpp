@@ -150,7 +150,7 @@ LoopResult Trainer::Impl::train_loop(StepRunner& runner, Checkpointer& checkpoin
     }
     const double lr = schedule.lr(r.step);
     const double t0 = now_s();
-    r.last_loss = runner.step(*batches, lr, plan.accum);
+    r.last_loss = runner.step(*batches, lr, plan.accum, r.step + 1);
     const double dt = now_s() - t0;
     ++r.step;
     log.record(r.step, epoch, r.last_loss, lr, dt);

@@ -81,9 +81,10 @@ TEST(NonFinite, NonContiguousTensors) {
   EXPECT_TRUE(amp::has_non_finite({a}));
 }
 
-TEST(NonFinite, OneProcessFlagIsRankZero) {
-  EXPECT_EQ(amp::ranks_with_flag(nullptr, true), std::vector<int>{0});
-  EXPECT_TRUE(amp::ranks_with_flag(nullptr, false).empty());
+TEST(NonFinite, OneProcessFlags) {
+  EXPECT_EQ(amp::flags_of_ranks(nullptr, 3), std::vector<int>{3});
+  EXPECT_EQ(amp::ranks_with_flag({0, 2, 0, 1}), (std::vector<int>{1, 3}));
+  EXPECT_TRUE(amp::ranks_with_flag({0, 0}).empty());
 }
 
 // With a power-of-two scale and no overflow, scaling and unscaling are exact: a scaled

@@ -23,9 +23,13 @@ bool unscale_and_check(const std::vector<at::Tensor>& tensors, double inv_scale)
 // True when any element of any tensor is inf or NaN (read only).
 bool has_non_finite(const std::vector<at::Tensor>& tensors);
 
-// Combines one flag per rank with one small allreduce over `group` (every rank calls it,
-// in the same place of its collective sequence) and returns the ranks whose flag was
-// set, in increasing order: the same list on every rank. A null group is one process.
-std::vector<int> ranks_with_flag(comm::ProcessGroup* group, bool flag);
+// Combines a small non-negative integer per rank (e.g. a bit set of what went wrong) with
+// one small allreduce over `group` (every rank calls it, in the same place of its collective
+// sequence) and returns every rank's value, index = rank: the same vector on every rank. A
+// null group is one process.
+std::vector<int> flags_of_ranks(comm::ProcessGroup* group, int flag);
+
+// The ranks whose flag is non-zero, in increasing order.
+std::vector<int> ranks_with_flag(const std::vector<int>& flags);
 
 }  // namespace lockstep::amp

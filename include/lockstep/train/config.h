@@ -28,7 +28,7 @@ struct RunConfig {
 };
 
 struct OptimConfig {
-  std::string name = "adamw";  // "sgd" | "adamw"
+  std::string name = "adamw";  // "sgd" | "adamw" | "anyprecision_adamw"
   double lr = 1e-3;
   double weight_decay = 0.01;
   double momentum = 0.9;  // sgd
@@ -38,6 +38,27 @@ struct OptimConfig {
   // How lr follows the global batch when it differs from the reference one
   // (train.keep_global_batch = false and a different world size): "linear", "sqrt", "none".
   std::string lr_scaling = "linear";
+  // anyprecision_adamw (lockstep::optim::AnyPrecisionAdamW): Kahan-compensated updates and
+  // the dtypes of its states ("float32" | "bfloat16" | "float64").
+  bool kahan_summation = false;
+  std::string momentum_dtype = "float32";
+  std::string variance_dtype = "float32";
+  std::string compensation_dtype = "float32";
+};
+
+// Mixed precision (docs/precision.md).
+struct PrecisionConfig {
+  std::string param_dtype =
+      "float32";                  // the model's parameters: "float32" | "bfloat16" | "float64"
+  std::string autocast = "none";  // the forward's compute dtype: "none" | "bfloat16" | "float16"
+  std::string loss_scaling = "none";  // "none" | "dynamic" (lockstep::amp::GradScaler)
+  double init_scale = 65536.0;
+  int64_t growth_interval = 2000;
+};
+
+// Memory savers (docs/memory.md).
+struct MemoryConfig {
+  bool activation_checkpointing = false;  // recompute the workload's layers in backward
 };
 
 struct ScheduleConfig {
@@ -54,6 +75,9 @@ struct TrainLoopConfig {
   int64_t max_steps = 0;             // 0 = epochs * steps_per_epoch
   int64_t stop_after_steps = 0;      // stop (as if interrupted) after this step; 0 = never
   int64_t threads = 1;               // intra-op threads per rank
+  // A step whose loss or gradients are not finite on some rank: "stop" the job naming the
+  // step and the ranks, or "skip" the step on every rank.
+  std::string non_finite = "stop";
 };
 
 struct StrategyConfig {
@@ -99,6 +123,8 @@ struct TrainConfig {
   ScheduleConfig schedule;
   TrainLoopConfig train;
   StrategyConfig strategy;
+  PrecisionConfig precision;
+  MemoryConfig memory;
   EvalConfig eval;
   CheckpointConfig checkpoint;
   LogConfig log;

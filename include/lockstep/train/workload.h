@@ -129,6 +129,10 @@ class Workload {
   virtual std::shared_ptr<torch::nn::Module> build_model(const RunContext& ctx) = 0;
   // A short name for the log ("model: NAME 12345 parameters").
   virtual std::string model_name() const = 0;
+  // True when build_model() honours memory.activation_checkpointing (RunContext::config):
+  // its layers recompute their activations in backward (lockstep::checkpoint, inside their
+  // FSDP units). The trainer refuses the key for a workload that does not.
+  virtual bool supports_activation_checkpointing() const { return false; }
 
   // ---- training
   virtual std::unique_ptr<BatchStream> train_batches(const RunContext& ctx) = 0;

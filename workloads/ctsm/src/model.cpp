@@ -18,8 +18,8 @@ CtsmImpl::CtsmImpl(CtsmOptions o) : o_(o) {
   item_bias_->weight.zero_();
   layers_ = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < o.layers; ++i) {
-    layer_ptrs_.push_back(
-        lockstep::fsdp::wrap(CtsmLayer(CtsmLayerOptions{D, o.heads, o.d_ff, o.dropout})));
+    layer_ptrs_.push_back(lockstep::fsdp::wrap(
+        CtsmLayer(CtsmLayerOptions{D, o.heads, o.d_ff, o.dropout, o.checkpoint_layers})));
     layers_->push_back(layer_ptrs_.back());
   }
   ln_out_ = register_module("ln_out", torch::nn::LayerNorm(torch::nn::LayerNormOptions({D})));

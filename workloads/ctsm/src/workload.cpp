@@ -111,8 +111,10 @@ std::vector<int64_t> CtsmWorkload::examples_per_rank(const RunContext& ctx) {
   return out;
 }
 
-std::shared_ptr<torch::nn::Module> CtsmWorkload::build_model(const RunContext&) {
-  model_ = Ctsm(cfg_.model_options());
+std::shared_ptr<torch::nn::Module> CtsmWorkload::build_model(const RunContext& ctx) {
+  auto o = cfg_.model_options();
+  o.checkpoint_layers = ctx.config != nullptr && ctx.config->memory.activation_checkpointing;
+  model_ = Ctsm(o);
   return model_.ptr();
 }
 

@@ -8,6 +8,8 @@
 
 #include <ctsm/attention.h>
 
+#include <vector>
+
 namespace ctsm {
 
 struct CtsmLayerOptions {
@@ -15,6 +17,9 @@ struct CtsmLayerOptions {
   int64_t heads = 4;
   int64_t d_ff = 256;
   double dropout = 0.0;
+  // Recompute the layer's activations in backward instead of keeping them
+  // (lockstep::checkpoint; the trainer's memory.activation_checkpointing).
+  bool checkpoint = false;
 };
 
 class CtsmLayerImpl : public torch::nn::Module {
@@ -25,6 +30,9 @@ class CtsmLayerImpl : public torch::nn::Module {
                         const torch::Tensor& allowed, const torch::Tensor& age_days);
 
  private:
+  torch::Tensor body(const torch::Tensor& h, const torch::Tensor& outcome,
+                     const torch::Tensor& allowed, const torch::Tensor& age_days);
+  bool checkpoint_ = false;
   torch::nn::LayerNorm ln_q_{nullptr}, ln_kv_{nullptr}, ln_ff_{nullptr};
   CtsmAttention attn_{nullptr};
   torch::nn::Linear ff1_{nullptr}, ff2_{nullptr};

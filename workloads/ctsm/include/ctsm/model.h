@@ -27,6 +27,7 @@ struct CtsmOptions {
   int64_t layers = 2;
   int64_t d_ff = 256;
   double dropout = 0.0;
+  bool checkpoint_layers = false;  // CtsmLayerOptions::checkpoint for every layer
 };
 
 class CtsmImpl : public torch::nn::Module {

@@ -35,6 +35,7 @@ class CtsmWorkload : public lockstep::train::Workload {
 
   std::shared_ptr<torch::nn::Module> build_model(const lockstep::train::RunContext& ctx) override;
   std::string model_name() const override { return "CTSM"; }
+  bool supports_activation_checkpointing() const override { return true; }
 
   std::unique_ptr<lockstep::train::BatchStream> train_batches(
       const lockstep::train::RunContext& ctx) override;
@@ -46,6 +47,8 @@ class CtsmWorkload : public lockstep::train::Workload {
   const CtsmConfig& config() const { return cfg_; }
 
  private:
+  std::vector<std::string> missing_shards() const;
+  bool need_generate(const lockstep::train::RunContext& ctx) const;
   CtsmConfig cfg_;
   std::string source_;               // the config file, for errors
   std::vector<std::string> shards_;  // after prepare_data
