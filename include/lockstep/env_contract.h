@@ -37,6 +37,9 @@ inline constexpr const char* kMaxRestarts = "LOCKSTEP_MAX_RESTARTS";    // --max
 inline constexpr const char* kBackend = "LOCKSTEP_BACKEND";           // auto | shm | gloo | mpi
 inline constexpr const char* kTimeoutSeconds = "LOCKSTEP_TIMEOUT_S";  // default op timeout
 inline constexpr const char* kCheckCollectives = "LOCKSTEP_CHECK_COLLECTIVES";  // 0 | 1
+// Fault injection for tests of the trainer's non-finite guard: "STEP:RANK" makes rank RANK's
+// loss and first gradient NaN at optimizer step STEP (1-based).
+inline constexpr const char* kFaultNonFinite = "LOCKSTEP_FAULT_NONFINITE";
 
 // --- other launchers, read (never written) by LaunchEnv::from_environment ---------------
 // OpenMPI's mpirun.

@@ -62,6 +62,8 @@ json summary_json(const TrainConfig& cfg, const EvalResult& r, const GateDecisio
           {"bytes_per_step", s.comm_measured ? json(s.bytes_per_step) : json(nullptr)},
           {"final_loss", s.final_loss},
           {"param_crc32", s.param_crc32},
+          {"skipped_steps", s.skipped_steps},
+          {"loss_scale", s.loss_scale > 0 ? json(s.loss_scale) : json(nullptr)},
           {"metrics", json::parse(r.metrics_json)},
           {"gate", gate_json(g)},
           {"paths",

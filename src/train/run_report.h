@@ -28,6 +28,8 @@ struct RunStats {
   bool comm_measured = true;  // false under FSDP, which reports no communication statistics
   double final_loss = 0;
   int64_t param_crc32 = 0;
+  int64_t skipped_steps = 0;  // steps skipped as non-finite (train.non_finite, loss scaling)
+  double loss_scale = 0;      // the loss scaler's final scale (0: no loss scaling)
 };
 
 struct GateDecision {

@@ -3,10 +3,13 @@
 #include "train/fsdp_support.h"
 #include "train/precision_support.h"
 
+#include <lockstep/env_contract.h>
 #include <lockstep/numerics/non_finite.h>
 #include <lockstep/parallel/hooks/qsgd_hook.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 namespace lockstep::train {
 
@@ -87,6 +90,16 @@ std::vector<torch::Tensor> StepRunner::local_grads() {
 }
 
 namespace {
+
+// LOCKSTEP_FAULT_NONFINITE = "STEP:RANK" (tests): true on that rank at that step.
+bool fault_due(int64_t step_number, int rank) {
+  const char* v = std::getenv(env::kFaultNonFinite);
+  long long step = -1;
+  int at_rank = -1;
+  return v != nullptr && std::sscanf(v, "%lld:%d", &step, &at_rank) == 2 && step == step_number &&
+         at_rank == rank;
+}
+
 std::string join(const std::vector<int>& ranks) {
   std::string s;
   for (const int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
@@ -149,6 +162,14 @@ double StepRunner::step(BatchStream& batches, double lr, int64_t accum, int64_t 
     stats_.exposed_comm_s += s.exposed_comm_s;
     stats_.bytes_sent += s.bytes_sent;
     ++stats_.sync_steps;
+  }
+  if (fault_due(step_number, group_ ? group_->rank() : 0)) {
+    loss_sum = std::nan("");
+    for (auto& g : local_grads())
+      if (g.numel() > 0) {
+        g.fill_(std::nan(""));
+        break;
+      }
   }
   const bool go = finite_or_skip(loss_sum, step_number);
   if (go) clip_gradients();  // on unscaled gradients

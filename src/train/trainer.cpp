@@ -208,6 +208,8 @@ int Trainer::Impl::finish(const LoopResult& loop, StepRunner& runner, StepLog& l
   s.bytes_per_step = c.sync_steps ? c.bytes_sent / c.sync_steps : 0;
   s.final_loss = loop.last_loss;
   s.param_crc32 = parameter_crc32(*model);
+  s.skipped_steps = c.skipped_steps;
+  s.loss_scale = runner.scaler() ? runner.scaler()->get_scale() : 0;
   s.wall_time = now_s() - t_start;
   if (ctx.rank == 0) report_run(cfg, *workload, result, gate, s, log.tensorboard());
   ctx.barrier();

@@ -33,3 +33,7 @@ add_test(NAME train_resume COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/resume
 # 2 ranks and from the 2-rank sharded checkpoint on 1 rank; its config and resume errors.
 add_test(NAME train_fsdp COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/fsdp_test.sh ${TRAIN_TEST_ARGS})
 set_tests_properties(train_e2e train_resume train_fsdp PROPERTIES LABELS "train;multiprocess" TIMEOUT 240)
+# [precision], [memory] and the non-finite guard at 2 ranks (DDP and FSDP).
+add_test(NAME train_precision
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/precision_test.sh ${TRAIN_TEST_ARGS})
+set_tests_properties(train_precision PROPERTIES LABELS "train;multiprocess" TIMEOUT 300)
