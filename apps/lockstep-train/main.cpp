@@ -1,9 +1,10 @@
-// lockstep-train CONFIG [--resume] [--generate-only] [--set section.key=value ...]
+// lockstep-train CONFIG [--resume] [--generate-only] [--yes] [--set section.key=value ...]
 // The config-driven trainer (docs/trainer.md) with the workloads this program knows
 // (today: the CTSM recommender, workloads/ctsm). Exit codes: 0 ok, 1 error,
-// 2 configuration error, 3 quality gate missed (model not exported).
+// 2 configuration error or bad command line, 3 quality gate missed (model not exported).
 #include <ctsm/workload.h>
 #include <lockstep/data/data_error.h>
+#include <lockstep/launch/cli.h>
 #include <lockstep/train/config.h>
 #include <lockstep/train/trainer.h>
 
@@ -13,20 +14,27 @@
 
 int main(int argc, char** argv) {
   using namespace lockstep::train;
-  CLI::App app{"lockstep-train: config-driven training, evaluation, quality gate and export"};
+  CLI::App app{"lockstep-train: config-driven training, evaluation, quality gate and export",
+               "lockstep-train"};
   std::string config;
   std::vector<std::string> overrides;
   TrainerOptions opt;
+  bool yes = false;
   app.add_option("config", config, "TOML configuration (docs/trainer.md)")->required();
-  app.add_flag("--resume", opt.resume, "continue from the latest checkpoint in checkpoint.dir");
+  app.add_flag("--resume", opt.resume,
+               "continue from the newest intact checkpoint in checkpoint.dir (implied when "
+               "lockstep-run restarts the job)");
   app.add_flag("--generate-only", opt.generate_only,
                "prepare (generate) the workload's data, then exit");
+  app.add_flag("--yes", yes, "go ahead with large data generation (above 1 GB) without asking");
   app.add_option("--set", overrides, "override a config value: section.key=value (repeatable)");
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = lockstep::launch::parse_command_line(app, argc, argv, std::cout, std::cerr))
+    return *rc;
   WorkloadRegistry registry;
   ctsm::register_workload(registry);  // run.workload = "ctsm" (the default: the only one)
   try {
     LoadedConfig setup = load_config(config, registry, overrides);
+    setup.config.run.assume_yes = yes;
     return Trainer(std::move(setup), opt).run();
   } catch (const lockstep::ConfigError& e) {
     std::cerr << "lockstep-train: config error: " << e.what() << "\n";

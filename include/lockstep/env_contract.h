@@ -40,6 +40,9 @@ inline constexpr const char* kCheckCollectives = "LOCKSTEP_CHECK_COLLECTIVES";  
 // Fault injection for tests of the trainer's non-finite guard: "STEP:RANK" makes rank RANK's
 // loss and first gradient NaN at optimizer step STEP (1-based).
 inline constexpr const char* kFaultNonFinite = "LOCKSTEP_FAULT_NONFINITE";
+// Errors that wrap libtorch's (e.g. an unloadable checkpoint file) print its full stack
+// trace only when this is set to anything but "" or "0".
+inline constexpr const char* kDebug = "LOCKSTEP_DEBUG";
 
 // --- other launchers, read (never written) by LaunchEnv::from_environment ---------------
 // OpenMPI's mpirun.

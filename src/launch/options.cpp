@@ -2,6 +2,8 @@
 // I/O, throws UsageError.
 #include "lockstep/launch/options.h"
 
+#include "lockstep/launch/cli.h"
+
 #include <CLI/CLI.hpp>
 
 #include <cerrno>
@@ -168,9 +170,13 @@ LaunchOptions parse_args(const std::vector<std::string>& args) {
   if (!rest.empty() && rest.front() == "--") {
     rest.erase(rest.begin());
   } else if (!rest.empty() && rest.front().size() >= 2 && rest.front()[0] == '-') {
-    const std::string& arg = rest.front();
-    throw UsageError(concat("lockstep-run: unknown option '", arg.substr(0, arg.find('=')),
-                            "' (see --help; options go before PROGRAM)"));
+    const std::string flag = rest.front().substr(0, rest.front().find('='));
+    std::vector<std::string> known = {"--help"};
+    for (const ValueFlag& f : value_flags()) known.emplace_back(f.name);
+    const std::string near = nearest_flag(flag, known);
+    throw UsageError(concat("lockstep-run: unknown option '", flag, "'",
+                            near.empty() ? std::string() : "; did you mean '" + near + "'?",
+                            " (see --help; options go before PROGRAM)"));
   }
   opt.program = std::move(rest);
   validate(opt);

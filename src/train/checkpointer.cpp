@@ -1,10 +1,14 @@
 #include "train/checkpointer.h"
 
+#include <lockstep/env_contract.h>
 #include <lockstep/train/atomic_file.h>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
+#include <iostream>
 #include <mutex>
 #include <sstream>
 
@@ -19,32 +23,79 @@ std::string to_bytes(const T& obj) {
   torch::save(obj, os);
   return os.str();
 }
+
+bool debug_enabled() {
+  const char* v = std::getenv(env::kDebug);
+  return v && *v && std::string(v) != "0";
+}
+
+// libtorch's message without its stack trace, on one line (the trace with LOCKSTEP_DEBUG=1).
+std::string torch_message(const c10::Error& e) {
+  if (debug_enabled()) return e.what();
+  std::string m = e.what_without_backtrace();
+  m = m.substr(0, m.find('\n'));
+  return m + " (set " + env::kDebug + "=1 for libtorch's trace)";
+}
+
+// A file libtorch cannot parse: damage when the checkpoint has no checksums to tell, else
+// (the bytes are the ones written) a checkpoint that does not fit this model or optimizer.
+[[noreturn]] void throw_load_error(const CheckpointReader& ck, const std::string& name,
+                                   const c10::Error& e) {
+  if (!ck.verified())
+    throw CheckpointError(ck.path(name) +
+                          ": libtorch cannot load it (damaged or truncated?): " + torch_message(e));
+  throw Error(ck.path(name) +
+              ": intact (checksum ok) but it does not fit this run: " + torch_message(e));
+}
+
 template <class T>
-void from_file(T& obj, const std::string& path) {
-  std::istringstream is(read_file(path));
-  torch::load(obj, is);
+void load_file(T& obj, const CheckpointReader& ck, const std::string& name) {
+  std::istringstream is(ck.read(name));
+  try {
+    torch::load(obj, is);
+  } catch (const c10::Error& e) {
+    throw_load_error(ck, name, e);
+  }
 }
 
 // Whether a checkpoint holds FSDP's sharded files (its meta.json says strategy "fsdp";
 // checkpoints older than the key hold model.pt and optimizer.pt).
 bool is_sharded(const json& meta) { return meta.value("strategy", std::string()) == "fsdp"; }
 
-// Collective: a failure on any rank (under FSDP each rank reads its own shard files) is
-// raised on every rank, naming the first failing rank, so that no rank goes on to train.
-void agree_or_throw(const RunContext& ctx, const std::string& failure) {
-  int first = failure.empty() ? ctx.world : ctx.rank;
+// How loading one checkpoint went on this rank.
+struct Attempt {
+  std::string damage;  // a CheckpointError: try the previous checkpoint
+  std::string fatal;   // anything else: stop
+};
+
+// Collective: the lowest rank whose attempt failed fatally and the lowest whose checkpoint
+// was damaged (ctx.world for none), identical on every rank.
+std::pair<int, int> agree(const RunContext& ctx, const Attempt& a) {
+  int fatal = a.fatal.empty() ? ctx.world : ctx.rank;
+  int damaged = a.damage.empty() ? ctx.world : ctx.rank;
   if (ctx.group) {
-    auto t = torch::tensor({int64_t(first)}, torch::kInt64);
+    auto t = torch::tensor({int64_t(fatal), int64_t(damaged)}, torch::kInt64);
     ctx.group->allreduce(t, {comm::ReduceOp::Min})->wait();
-    first = int(t.item<int64_t>());
+    fatal = int(t[0].item<int64_t>());
+    damaged = int(t[1].item<int64_t>());
   }
-  if (first == ctx.world) return;
-  if (first == ctx.rank) throw Error("resume: " + failure);
-  throw Error("resume: loading the checkpoint failed on rank " + std::to_string(first) +
-              " (see its error)");
+  return {fatal, damaged};
 }
 
 }  // namespace
+
+int64_t restart_count_from_env() {
+  for (const char* name : {env::kRestartCount, env::kTorchelasticRestartCount}) {
+    const char* v = std::getenv(name);
+    if (!v) continue;
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    if (!*v || *end || n < 0)
+      throw ConfigError(std::string(name) + "='" + v + "' is not a non-negative integer");
+    return n;
+  }
+  return 0;
+}
 
 Checkpointer::Checkpointer(const TrainConfig& cfg, const RunContext& ctx, const BatchPlan& plan,
                            std::shared_ptr<torch::nn::Module> model,
@@ -57,32 +108,94 @@ Checkpointer::Checkpointer(const TrainConfig& cfg, const RunContext& ctx, const 
       fsdp_(fsdp),
       store_(cfg.checkpoint.dir, ctx.group, cfg.checkpoint.keep) {}
 
-int64_t Checkpointer::resume() {
-  auto dir = store_.latest();
-  if (!dir) {
-    ctx_.say("--resume: no checkpoint in " + store_.dir() + "; starting from step 0");
-    return 0;
+// Rank 0's list, so that every rank tries the same checkpoints in the same order.
+std::vector<std::string> Checkpointer::shared_candidates() const {
+  std::vector<int64_t> steps;
+  if (ctx_.rank == 0) {
+    std::string note;
+    for (const auto& d : store_.candidates(&note))
+      steps.push_back(*CheckpointStore::parse_step_name(d.substr(d.rfind('/') + 1)));
+    if (!note.empty()) ctx_.say("warning: " + note);
   }
-  const json meta = json::parse(read_file(*dir + "/meta.json"));
-  check_compatible(*dir, meta);
-  std::string failure;
-  try {
-    load_state(*dir);
-  } catch (const std::exception& e) {
-    failure = e.what();
+  if (ctx_.group) {
+    auto n = torch::tensor({int64_t(steps.size())}, torch::kInt64);
+    ctx_.group->broadcast(n)->wait();
+    auto t = torch::zeros({std::max<int64_t>(n.item<int64_t>(), 1)}, torch::kInt64);
+    for (size_t i = 0; i < steps.size(); ++i) t[int64_t(i)] = steps[i];
+    ctx_.group->broadcast(t)->wait();
+    steps.resize(size_t(n.item<int64_t>()));
+    for (size_t i = 0; i < steps.size(); ++i) steps[i] = t[int64_t(i)].item<int64_t>();
   }
-  agree_or_throw(ctx_, failure);
-  const int64_t step = meta.at("step");
-  const int saved_world = meta.at("world_size").get<int>();
-  restore_rng(*dir, step, saved_world);
-  ctx_.say("resumed from " + *dir + " at step " + std::to_string(step) +
-           (saved_world == ctx_.world
-                ? ""
-                : " (written by " + std::to_string(saved_world) + " ranks, resharded onto " +
-                      std::to_string(ctx_.world) + ")"));
-  return step;
+  std::vector<std::string> out;
+  for (int64_t s : steps) out.push_back(store_.dir() + "/" + CheckpointStore::step_name(s));
+  return out;
 }
 
+int64_t Checkpointer::resume() {
+  const std::vector<std::string> dirs = shared_candidates();
+  if (dirs.empty()) {
+    ctx_.say("resume: no checkpoint in " + store_.dir() + "; starting from step 0");
+    return 0;
+  }
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    Attempt a;
+    int64_t step = 0;
+    try {
+      step = load(dirs[i]);
+    } catch (const CheckpointError& e) {
+      a.damage = e.what();
+    } catch (const json::exception& e) {  // meta.json of an unverified checkpoint
+      a.damage = dirs[i] + "/meta.json: damaged: " + e.what();
+    } catch (const ConfigError&) {
+      throw;  // every rank reads the same meta.json and raises the same error
+    } catch (const std::exception& e) {
+      a.fatal = e.what();
+    }
+    const auto [fatal, damaged] = agree(ctx_, a);
+    if (fatal < ctx_.world) {
+      if (fatal == ctx_.rank) throw Error("resume: " + a.fatal);
+      throw Error("resume: loading " + dirs[i] + " failed on rank " + std::to_string(fatal) +
+                  " (see its error)");
+    }
+    if (damaged == ctx_.world) {
+      ctx_.say(resumed_note_);
+      return step;
+    }
+    if (!a.damage.empty())
+      std::cerr << "lockstep-train: warning: rank " << ctx_.rank << ": " << a.damage << "\n";
+    const bool last = i + 1 == dirs.size();
+    ctx_.say("warning: skipping damaged checkpoint " + dirs[i] + " (rank " +
+             std::to_string(damaged) + ": " +
+             (damaged == ctx_.rank ? a.damage : "see its warning") + ")" +
+             (last ? "" : "; trying " + dirs[i + 1]));
+    if (last)
+      throw CheckpointError("resume: no intact checkpoint in " + store_.dir() + " (tried " +
+                            std::to_string(dirs.size()) + ", newest " + dirs.front() +
+                            "): remove the directory to start from step 0");
+  }
+  return 0;  // not reached
+}
+
+// One checkpoint into the model, optimizer and RNG; returns its step.
+int64_t Checkpointer::load(const std::string& dir) {
+  const CheckpointReader ck(dir);
+  const json meta = json::parse(ck.meta_json());
+  if (!ck.verified())
+    ctx_.say("warning: " + dir +
+             " has no checksums (written before lockstep recorded them): loading it unverified");
+  check_compatible(dir, meta);
+  const int64_t step = meta.at("step");
+  const int saved_world = meta.at("world_size").get<int>();
+  load_state(ck);
+  restore_rng(ck, step, saved_world);
+  resumed_note_ =
+      "resumed from " + dir + " at step " + std::to_string(step) +
+      (saved_world == ctx_.world
+           ? ""
+           : " (written by " + std::to_string(saved_world) + " ranks, " +
+                 (fsdp_ ? "resharded onto " : "continuing on ") + std::to_string(ctx_.world) + ")");
+  return step;
+}
 void Checkpointer::check_compatible(const std::string& dir, const json& meta) const {
   const bool sharded = is_sharded(meta);
   if (sharded != (fsdp_ != nullptr))
@@ -91,12 +204,9 @@ void Checkpointer::check_compatible(const std::string& dir, const json& meta) co
                       "\" (" + (sharded ? "sharded" : "full") +
                       " model and optimizer files); this run has strategy.kind = \"" +
                       cfg_.strategy.kind + "\": resume with the kind that wrote it");
+  // Any world size: full files load anywhere and FSDP reshards; the data position is the
+  // step's fraction of the epoch on every rank's new part (see restore_rng for the RNG).
   const int saved_world = meta.at("world_size").get<int>();
-  if (!sharded && saved_world != ctx_.world)
-    throw ConfigError(dir + ": written by " + std::to_string(saved_world) + " ranks; resuming on " +
-                      std::to_string(ctx_.world) +
-                      " is not supported (each rank's data position depends on the world "
-                      "size); strategy.kind = \"fsdp\" checkpoints can change it");
   const auto total = meta.at("total_steps").get<int64_t>();
   if (total != plan_.total_steps)
     throw ConfigError(dir + ": the run had " + std::to_string(total) +
@@ -109,26 +219,35 @@ void Checkpointer::check_compatible(const std::string& dir, const json& meta) co
 
 // The model and optimizer: rank 0's full copies, or under FSDP the shards of every rank
 // that overlap this one's (read on demand; a missing file is an error naming it).
-void Checkpointer::load_state(const std::string& dir) {
-  if (fsdp_) {
-    fsdp_->load_sharded_state(
-        [&dir](const std::string& name) { return read_file(dir + "/" + name); }, &optimizer_);
+void Checkpointer::load_state(const CheckpointReader& ck) {
+  if (!fsdp_) {
+    load_file(model_, ck, "model.pt");
+    load_file(optimizer_, ck, "optimizer.pt");
     return;
   }
-  from_file(model_, dir + "/model.pt");
-  from_file(optimizer_, dir + "/optimizer.pt");
+  std::string current;  // the file FSDP is reading, for libtorch's errors
+  try {
+    fsdp_->load_sharded_state(
+        [&](const std::string& name) {
+          current = name;
+          return ck.read(name);
+        },
+        &optimizer_);
+  } catch (const c10::Error& e) {
+    throw_load_error(ck, current, e);
+  }
 }
 
 // The same world size continues every rank's generator; another one (FSDP) has no state
 // for the new ranks, so every rank reseeds from (run.seed, step, rank).
-void Checkpointer::restore_rng(const std::string& dir, int64_t step, int saved_world) const {
+void Checkpointer::restore_rng(const CheckpointReader& ck, int64_t step, int saved_world) const {
   if (saved_world != ctx_.world) {
     torch::manual_seed(uint64_t(cfg_.run.seed) * 1000003u + uint64_t(step) * 1009u +
                        uint64_t(ctx_.rank));
     return;
   }
   torch::Tensor rng;
-  from_file(rng, dir + "/rng-rank-" + std::to_string(ctx_.rank) + ".pt");
+  load_file(rng, ck, "rng-rank-" + std::to_string(ctx_.rank) + ".pt");
   auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(rng);
@@ -142,7 +261,6 @@ bool Checkpointer::due(int64_t step) const {
 
 void Checkpointer::save(int64_t step, double last_loss) {
   json meta = {{"format", "lockstep-checkpoint"},
-               {"version", 1},
                {"step", step},
                {"epoch", step / plan_.steps_per_epoch},
                {"examples_in_epoch", (step % plan_.steps_per_epoch) * plan_.per_step},
@@ -162,13 +280,12 @@ void Checkpointer::save(int64_t step, double last_loss) {
   if (fsdp_)
     per_rank[fsdp::FSDPCore::sharded_file_name(ctx_.rank)] = fsdp_->sharded_state(&optimizer_);
   if (ctx_.rank == 0) {
-    shared["meta.json"] = meta.dump(2);
     if (!fsdp_) {
       shared["model.pt"] = to_bytes(model_);
       shared["optimizer.pt"] = to_bytes(optimizer_);
     }
   }
-  store_.save(step, shared, per_rank);
+  store_.save(step, ctx_.rank == 0 ? meta.dump() : std::string(), shared, per_rank);
 }
 
 }  // namespace lockstep::train

@@ -9,17 +9,23 @@
 #include <toml++/toml.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 namespace lockstep::train {
 namespace {
 
+constexpr const char* kSetPrefix = "--set ";
+
+// "FILE:LINE:COLUMN: " for a key of the file; "--set a.b=c: " for an override (parsed
+// from its own one-line document, whose line and column would mislead).
 std::string where(const toml::node& n) {
   const auto& s = n.source();
+  const std::string path = s.path ? *s.path : std::string("<config>");
+  if (path.rfind(kSetPrefix, 0) == 0) return path + ": ";
   std::ostringstream os;
-  os << (s.path ? *s.path : std::string("<config>")) << ":" << s.begin.line << ":" << s.begin.column
-     << ": ";
+  os << path << ":" << s.begin.line << ":" << s.begin.column << ": ";
   return os.str();
 }
 
@@ -246,7 +252,7 @@ void apply_override(toml::table& root, const std::string& text) {
   const auto dot = key.find('.');
   if (dot == std::string::npos) throw ConfigError("--set " + text + ": key must be section.key");
   const std::string section = key.substr(0, dot), leaf = key.substr(dot + 1);
-  const std::string src = "--set " + text;
+  const std::string src = kSetPrefix + text;
   toml::table parsed;
   try {
     parsed = toml::parse("v = " + value, src);
@@ -266,6 +272,18 @@ void apply_override(toml::table& root, const std::string& text) {
   t->insert_or_assign(leaf, std::move(*parsed.get("v")));
 }
 
+// An override of a section nobody declares is named by its --set argument (its table was
+// made by apply_override and has no source to point at).
+void check_override_sections(const ConfigSchema& schema,
+                             const std::vector<std::string>& overrides) {
+  for (const auto& o : overrides) {
+    const std::string section = o.substr(0, o.find('.'));
+    if (!schema.has_section(section))
+      throw ConfigError(kSetPrefix + o + ": unknown section '" + section +
+                        "' (sections: " + schema.sections() + ")");
+  }
+}
+
 LoadedConfig finish(toml::table& root, const std::string& source, const WorkloadRegistry& registry,
                     const std::vector<std::string>& overrides) {
   for (const auto& o : overrides) apply_override(root, o);
@@ -279,6 +297,7 @@ LoadedConfig finish(toml::table& root, const std::string& source, const Workload
   ConfigSchema schema;
   declare_trainer_keys(schema, c, gate_metrics);
   out.workload->declare_config(schema);
+  check_override_sections(schema, overrides);
   apply(schema, root);
   validate_trainer_keys(c, root);
   out.workload->validate_config(source);
@@ -307,15 +326,37 @@ LoadedConfig parse_text(const std::string& text, const std::string& source,
   return finish(root, source, registry, ov);
 }
 
+// The text of the config file at `path`, refusing what cannot be one: a directory, a
+// missing or unreadable file, an empty one (only blanks and comments), a binary one.
+std::string read_config_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string hint = " (lockstep-train takes a TOML file, e.g. configs/ctsm-tiny.toml)";
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw ConfigError(path + ": is a directory, not a config file" + hint);
+  if (!fs::exists(path, ec)) throw ConfigError(path + ": no such config file" + hint);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path + ": cannot read config file (permissions?)");
+  std::stringstream ss;
+  ss << in.rdbuf();  // sets ss's failbit for an empty file, which the check below reports
+  const std::string text = ss.str();
+  if (text.find('\0') != std::string::npos)
+    throw ConfigError(path + ": is a binary file (it holds NUL bytes), not a TOML config" + hint);
+  bool any = false;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const auto first = line.find_first_not_of(" \t\r");
+    if (first != std::string::npos && line[first] != '#') any = true;
+  }
+  if (!any) throw ConfigError(path + ": is empty (no settings, only blanks or comments)" + hint);
+  return text;
+}
+
 }  // namespace
 
 LoadedConfig load_config(const std::string& path, const WorkloadRegistry& registry,
                          const std::vector<std::string>& overrides) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path + ": cannot read config file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_text(ss.str(), path, registry, overrides);
+  return parse_text(read_config_file(path), path, registry, overrides);
 }
 
 LoadedConfig parse_config(const std::string& toml_text, const std::string& source_name,

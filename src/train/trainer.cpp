@@ -63,6 +63,7 @@ struct Trainer::Impl {
   void join_group();
   std::string strategy_detail() const;
   void build_model();
+  bool resume_requested() const;
   LoopResult train_loop(StepRunner& runner, Checkpointer& checkpointer, StepLog& log,
                         int64_t start_step);
   int finish(const LoopResult& loop, StepRunner& runner, StepLog& log, int64_t start_step,
@@ -110,6 +111,17 @@ void Trainer::Impl::build_model() {
           " parameters");
 }
 
+// --resume, or a restart by the launcher (lockstep-run --max-restarts, torchrun): a
+// restarted worker continues from the newest intact checkpoint instead of step 0.
+bool Trainer::Impl::resume_requested() const {
+  const int64_t restarts = restart_count_from_env();
+  if (restarts > 0 && !opt.resume)
+    ctx.say("restart " + std::to_string(restarts) +
+            " of this job (the launcher's restart count): resuming from the newest intact "
+            "checkpoint");
+  return opt.resume || restarts > 0;
+}
+
 int Trainer::Impl::run() {
   const double t_start = now_s();
   torch::set_num_threads(int(cfg.train.threads));
@@ -121,7 +133,7 @@ int Trainer::Impl::run() {
   build_model();
   StepRunner runner(cfg, *workload, model, group);  // FSDP shards here, before loading
   Checkpointer checkpointer(cfg, ctx, plan, model, runner.optimizer(), runner.fsdp());
-  const int64_t start_step = opt.resume ? checkpointer.resume() : 0;
+  const int64_t start_step = resume_requested() ? checkpointer.resume() : 0;
   runner.wrap_ddp();  // after loading: DDP broadcasts rank 0's (identical) parameters
   StepLog log(cfg, ctx, plan, start_step);
   const LoopResult loop = train_loop(runner, checkpointer, log, start_step);

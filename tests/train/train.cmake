@@ -5,7 +5,10 @@
 # its own), as a user's program would.
 file(GLOB TRAIN_UNIT_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/unit/test_train_*.cpp)
 add_executable(unit_train ${TRAIN_UNIT_TESTS})
-target_link_libraries(unit_train PRIVATE lockstep_train ZLIB::ZLIB GTest::gtest_main)
+# lockstep_launch: the restart count the launcher writes is read back by the trainer
+# (test_train_checkpoint.cpp); src/: the trainer's private headers (train/checkpointer.h).
+target_link_libraries(unit_train PRIVATE lockstep_train lockstep_launch ZLIB::ZLIB GTest::gtest_main)
+target_include_directories(unit_train PRIVATE ${PROJECT_SOURCE_DIR}/src)
 gtest_discover_tests(unit_train TEST_PREFIX "unit_train." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 120)
 
 # The CTSM workload's own unit tests (model, event-log format, metrics, config).
@@ -32,7 +35,15 @@ add_test(NAME train_resume COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/resume
 # strategy.kind = "fsdp" (configs/ctsm-fsdp.toml): trains, exports, resumes bit for bit at
 # 2 ranks and from the 2-rank sharded checkpoint on 1 rank; its config and resume errors.
 add_test(NAME train_fsdp COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/fsdp_test.sh ${TRAIN_TEST_ARGS})
-set_tests_properties(train_e2e train_resume train_fsdp PROPERTIES LABELS "train;multiprocess" TIMEOUT 240)
+# Checkpoint integrity: a flipped byte and a truncation of every kind of checkpoint file
+# (DDP and FSDP) are named, and resume falls back to the previous checkpoint.
+add_test(NAME train_integrity COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/integrity_test.sh ${TRAIN_TEST_ARGS})
+# lockstep-run --max-restarts 1 with rank 1 killed mid-epoch == an uninterrupted run.
+add_test(NAME train_restart COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/restart_test.sh ${TRAIN_TEST_ARGS})
+# Config and command-line refusals, data-generation estimate, missing shard.
+add_test(NAME train_cli COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/cli_test.sh ${TRAIN_TEST_ARGS})
+set_tests_properties(train_e2e train_resume train_fsdp train_integrity train_restart train_cli
+                     PROPERTIES LABELS "train;multiprocess" TIMEOUT 240)
 # [precision], [memory] and the non-finite guard at 2 ranks (DDP and FSDP).
 add_test(NAME train_precision
          COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/precision_test.sh ${TRAIN_TEST_ARGS})

@@ -29,8 +29,9 @@ TEST(TrainParts, CheckpointLatestAndPrune) {
   std::filesystem::remove_all(d);
   CheckpointStore store(d, nullptr, 2);
   EXPECT_FALSE(store.latest());
+  const std::string meta = R"({"format": "lockstep-checkpoint"})";
   for (int s : {10, 20, 30})
-    store.save(s, {{"meta.json", std::to_string(s)}}, {{"rng-rank-0.pt", "r"}});
+    store.save(s, meta, {{"model.pt", std::to_string(s)}}, {{"rng-rank-0.pt", "r"}});
   ASSERT_TRUE(store.latest());
   EXPECT_EQ(*store.latest(), d + "/step-00000030");
   EXPECT_FALSE(std::filesystem::exists(d + "/step-00000010"));
@@ -38,4 +39,5 @@ TEST(TrainParts, CheckpointLatestAndPrune) {
   // A crash mid-save leaves a .tmp directory that LATEST never names.
   std::filesystem::create_directories(d + "/step-00000040.tmp");
   EXPECT_EQ(*store.latest(), d + "/step-00000030");
+  std::filesystem::remove_all(d);
 }

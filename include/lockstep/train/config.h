@@ -25,6 +25,7 @@ struct RunConfig {
   std::string name;      // default: the workload's name
   std::string out_dir;   // default: "out/<workload>"
   int64_t seed = 1;
+  bool assume_yes = false;  // not a TOML key: lockstep-train --yes (e.g. generate large data)
 };
 
 struct OptimConfig {

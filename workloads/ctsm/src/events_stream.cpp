@@ -1,6 +1,7 @@
 #include <ctsm/events_stream.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 namespace ctsm {
@@ -20,13 +21,31 @@ std::vector<std::string> EventStream::list_shards(const std::string& dir) {
   if (out.empty())
     throw EventsFormatError(Kind::NotFound, dir, dir + ": no event shards, expected events-*.lse");
   std::sort(out.begin(), out.end());
-  for (size_t i = 0; i < out.size(); ++i) {
-    const std::string want = shard_file_name(uint32_t(i), uint32_t(out.size()));
-    if (std::filesystem::path(out[i]).filename() != want)
+  // The set's size from a name ("events-00001-of-00004.lse"), so a missing shard is named.
+  unsigned index = 0, total = 0;
+  const std::string first = std::filesystem::path(out.front()).filename().string();
+  if (std::sscanf(first.c_str(), "events-%5u-of-%5u.lse", &index, &total) != 2 || total == 0)
+    total = uint32_t(out.size());
+  for (uint32_t i = 0; i < total; ++i) {
+    const std::string want = shard_file_name(i, total);
+    const std::string path = (std::filesystem::path(dir) / want).string();
+    if (i >= out.size() || std::filesystem::path(out[i]).filename() != want) {
+      if (!std::filesystem::exists(path))
+        throw EventsFormatError(Kind::NotFound, path,
+                                path + ": missing shard " + std::to_string(i) + " of " +
+                                    std::to_string(total) +
+                                    "; generate the event log again (lockstep-train CONFIG "
+                                    "--generate-only, with data.dir = " +
+                                    dir + ")");
       throw EventsFormatError(Kind::Mismatch, dir,
-                              dir + ": shard set incomplete or mixed: expected " + want +
-                                  ", found " + std::filesystem::path(out[i]).filename().string());
+                              dir + ": shard set mixed: expected " + want + ", found " +
+                                  std::filesystem::path(out[i]).filename().string());
+    }
   }
+  if (out.size() != total)
+    throw EventsFormatError(Kind::Mismatch, dir,
+                            dir + ": shard set mixed: " + std::to_string(out.size()) +
+                                " files for a set of " + std::to_string(total) + " shards");
   return out;
 }
 

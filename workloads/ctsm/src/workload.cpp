@@ -11,7 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
@@ -66,17 +68,98 @@ void CtsmWorkload::validate_config(const std::string& source) {
   cfg_.validate(source);
 }
 
+namespace {
+
+// Above this estimated size, generating the event log needs lockstep-train --yes.
+constexpr double kConfirmAboveBytes = 1e9;
+
+// Rough size and single-rank time of the event log [data] describes: each client gets about
+// days / mean_gap_days shipments of items_per_shipment item events (~20 bytes each with
+// the feedback records) at ~1.2 us per item event (both measured on configs/ctsm-tiny.toml
+// scaled to 20k clients: 31 MB in 1.8 s on one core).
+struct GenerateEstimate {
+  double bytes = 0;
+  double seconds = 0;
+};
+GenerateEstimate estimate(const DataConfig& d, int world) {
+  const double item_events =
+      double(d.clients) * (double(d.days) / d.mean_gap_days) * double(d.items_per_shipment);
+  const int writers = int(std::min<int64_t>(world, d.shards));  // ranks that write shards
+  return {item_events * 20.0 + 64.0 * double(d.shards), item_events * 1.2e-6 / writers};
+}
+
+std::string human_bytes(double b) {
+  char buf[32];
+  if (b >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.1f GB", b / 1e9);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MB", b / 1e6);
+  return buf;
+}
+
+std::string human_seconds(double s) {
+  char buf[32];
+  if (s >= 120)
+    std::snprintf(buf, sizeof buf, "%.0f min", s / 60);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f s", s);
+  return buf;
+}
+
+}  // namespace
+
+// The shard files [data] describes that are not in data.dir (in shard order).
+std::vector<std::string> CtsmWorkload::missing_shards() const {
+  const DataConfig& d = cfg_.data;
+  std::vector<std::string> out;
+  for (int64_t s = 0; s < d.shards; ++s) {
+    const std::string p = d.dir + "/" + shard_file_name(uint32_t(s), uint32_t(d.shards));
+    if (!fs::exists(p)) out.push_back(p);
+  }
+  return out;
+}
+
+// Whether the event log must be generated (rank 0 decides); throws when it may not be.
+bool CtsmWorkload::need_generate(const RunContext& ctx) const {
+  const DataConfig& d = cfg_.data;
+  const std::string stamp_path = d.dir + "/GENERATOR.txt";
+  const std::string stamp = cfg_.generator_options().fingerprint() + "\n";
+  const bool stamped = fs::exists(stamp_path) && lockstep::train::read_file(stamp_path) == stamp;
+  const std::vector<std::string> missing = stamped ? missing_shards() : std::vector<std::string>{};
+  const std::string make = "lockstep-train " + source_ + " --generate-only" +
+                           (d.generate ? "" : " --set data.generate=true") +
+                           " (with this run's --set options)";
+  if (!missing.empty() && !d.generate)
+    throw lockstep::ConfigError(missing.front() + ": missing shard of the event log in data.dir (" +
+                                std::to_string(missing.size()) + " of " + std::to_string(d.shards) +
+                                " missing); create it with: " + make);
+  if (!stamped && !d.generate)
+    throw lockstep::ConfigError(source_ + ": data.dir " + d.dir +
+                                " has no event log matching [data] and data.generate = false; "
+                                "create it with: " +
+                                make);
+  if (!missing.empty())
+    ctx.say("warning: " + missing.front() + " is missing (" + std::to_string(missing.size()) +
+            " of " + std::to_string(d.shards) + " shards); generating the event log again");
+  const bool need = !stamped || !missing.empty();
+  if (!need) return false;
+  const GenerateEstimate e = estimate(d, ctx.world);
+  const bool yes = ctx.config && ctx.config->run.assume_yes;
+  if (e.bytes > kConfirmAboveBytes && !yes)
+    throw lockstep::ConfigError(
+        source_ + ": [data] asks for an event log of about " + human_bytes(e.bytes) + " (" +
+        std::to_string(d.clients) + " clients x " + std::to_string(d.days) + " days), about " +
+        human_seconds(e.seconds) + " to generate; above " + human_bytes(kConfirmAboveBytes) +
+        " lockstep-train wants --yes to go ahead (or lower data.clients)");
+  return true;
+}
+
 void CtsmWorkload::prepare_data(const RunContext& ctx) {
   const DataConfig& d = cfg_.data;
-  const auto gen_opt = cfg_.generator_options();
   const std::string stamp_path = d.dir + "/GENERATOR.txt";
-  const std::string stamp = gen_opt.fingerprint() + "\n";
   int64_t need = 0;
   if (ctx.rank == 0) {  // one rank decides, so all agree even while files change
-    need = !(fs::exists(stamp_path) && lockstep::train::read_file(stamp_path) == stamp);
-    if (need && !d.generate)
-      throw lockstep::ConfigError(source_ + ": data.dir " + d.dir +
-                                  " has no event log matching [data] and data.generate = false");
+    need = need_generate(ctx);
     if (need && fs::exists(d.dir))
       for (const auto& e : fs::directory_iterator(d.dir))
         if (e.path().extension() == ".lse" || e.path().filename() == "GENERATOR.txt")
@@ -89,11 +172,15 @@ void CtsmWorkload::prepare_data(const RunContext& ctx) {
   }
   if (need) {
     const double t0 = now_s();
+    const GenerateEstimate e = estimate(d, ctx.world);
     ctx.say("generating " + std::to_string(d.clients) + " clients x " + std::to_string(d.days) +
-            " days into " + std::to_string(d.shards) + " shards in " + d.dir);
-    EventGenerator(gen_opt).write_shards(d.dir, uint32_t(ctx.rank), uint32_t(ctx.world));
+            " days into " + std::to_string(d.shards) + " shards in " + d.dir + ": about " +
+            human_bytes(e.bytes) + ", about " + human_seconds(e.seconds));
+    EventGenerator(cfg_.generator_options())
+        .write_shards(d.dir, uint32_t(ctx.rank), uint32_t(ctx.world));
     ctx.barrier();
-    if (ctx.rank == 0) lockstep::train::write_file_atomic(stamp_path, stamp);
+    if (ctx.rank == 0)
+      lockstep::train::write_file_atomic(stamp_path, cfg_.generator_options().fingerprint() + "\n");
     ctx.say("generated in " + std::to_string(now_s() - t0).substr(0, 5) + " s");
   }
   ctx.barrier();

@@ -1,0 +1,201 @@
+// Checkpoint integrity (CheckpointStore, CheckpointReader): every file's CRC-32 and size in
+// meta.json, meta.json's own checksum, the one-line errors for a flipped byte or a
+// truncated file, legacy checkpoints without checksums, the order resume tries
+// checkpoints in, rotation, and the restart count the launcher exports.
+#include "train/checkpointer.h"
+
+#include <lockstep/env_contract.h>
+#include <lockstep/launch/options.h>
+#include <lockstep/launch/rank_env.h>
+#include <lockstep/train/atomic_file.h>
+#include <lockstep/train/checkpoint_store.h>
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+using namespace lockstep::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() / ("lockstep_ckpt_integrity_" + std::to_string(::getpid())))
+               .string();
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A checkpoint of `step` with a model, an optimizer and one rank's RNG file.
+  void save(CheckpointStore& store, int64_t step) {
+    const std::string model(1000 + step, 'm'), opt(500, 'o');
+    store.save(step, R"({"format": "lockstep-checkpoint", "step": )" + std::to_string(step) + "}",
+               {{"model.pt", model}, {"optimizer.pt", opt}}, {{"rng-rank-0.pt", "rng"}});
+  }
+  std::string step_dir(int64_t step) const { return dir_ + "/" + CheckpointStore::step_name(step); }
+
+  static void flip_byte(const std::string& path, size_t at) {
+    std::string b = read_file(path);
+    ASSERT_LT(at, b.size());
+    b[at] = char(b[at] ^ 0x5a);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << b;
+  }
+  static void truncate(const std::string& path) { fs::resize_file(path, fs::file_size(path) / 2); }
+  // The message of the CheckpointError that reading every file of `dir` raises.
+  static std::string error_of(const std::string& dir) {
+    try {
+      CheckpointReader ck(dir);
+      for (const char* f : {"model.pt", "optimizer.pt", "rng-rank-0.pt"}) ck.read(f);
+    } catch (const CheckpointError& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  std::string dir_;
+};
+
+TEST_F(CheckpointTest, IntactCheckpointReadsBack) {
+  CheckpointStore store(dir_, nullptr, 2);
+  save(store, 10);
+  CheckpointReader ck(step_dir(10));
+  EXPECT_TRUE(ck.verified());
+  EXPECT_EQ(ck.read("model.pt"), std::string(1010, 'm'));
+  EXPECT_EQ(ck.read("rng-rank-0.pt"), "rng");
+  EXPECT_NE(ck.meta_json().find("\"meta_crc32\""), std::string::npos);
+  EXPECT_EQ(error_of(step_dir(10)), "");
+}
+
+TEST_F(CheckpointTest, FlippedByteInEachFileIsNamed) {
+  CheckpointStore store(dir_, nullptr, 2);
+  save(store, 10);
+  for (const char* f : {"model.pt", "optimizer.pt", "rng-rank-0.pt"}) {
+    const std::string path = step_dir(10) + "/" + f;
+    const std::string before = read_file(path);
+    flip_byte(path, before.size() / 2);
+    const std::string e = error_of(step_dir(10));
+    SCOPED_TRACE(e);
+    EXPECT_NE(e.find(path + ": damaged: expected crc32 "), std::string::npos);
+    EXPECT_NE(e.find(", found "), std::string::npos);
+    EXPECT_EQ(e.find('\n'), std::string::npos);  // one line
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << before;
+  }
+  EXPECT_EQ(error_of(step_dir(10)), "");
+}
+
+TEST_F(CheckpointTest, TruncatedFileIsNamedWithBothSizes) {
+  CheckpointStore store(dir_, nullptr, 2);
+  save(store, 10);
+  const std::string path = step_dir(10) + "/optimizer.pt";
+  truncate(path);
+  const std::string e = error_of(step_dir(10));
+  EXPECT_NE(e.find(path + ": truncated or damaged: expected 500 bytes with crc32 "),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("found 250 bytes with crc32 "), std::string::npos) << e;
+  fs::remove(path);
+  EXPECT_NE(error_of(step_dir(10)).find(path + ": missing (meta.json records 500 bytes"),
+            std::string::npos)
+      << error_of(step_dir(10));
+}
+
+TEST_F(CheckpointTest, DamagedMetaJsonIsNamed) {
+  CheckpointStore store(dir_, nullptr, 2);
+  save(store, 10);
+  const std::string meta = step_dir(10) + "/meta.json";
+  const std::string text = read_file(meta);
+  // A digit of a recorded size: still JSON, but not what was written.
+  const size_t at = text.find("\"bytes\": ") + 9;
+  std::string changed = text;
+  changed[at] = changed[at] == '1' ? '2' : '1';
+  std::ofstream(meta, std::ios::binary | std::ios::trunc) << changed;
+  EXPECT_NE(error_of(step_dir(10)).find(meta + ": damaged: expected crc32 \""), std::string::npos)
+      << error_of(step_dir(10));
+  // Not JSON at all.
+  std::ofstream(meta, std::ios::binary | std::ios::trunc) << text.substr(0, text.size() / 2);
+  EXPECT_NE(error_of(step_dir(10)).find(meta + ": damaged: not valid JSON"), std::string::npos)
+      << error_of(step_dir(10));
+}
+
+// Checkpoints of format version 1 (no "files", no "meta_crc32") load unverified.
+TEST_F(CheckpointTest, LegacyCheckpointLoadsUnverified) {
+  fs::create_directories(step_dir(5));
+  write_file_atomic(step_dir(5) + "/meta.json",
+                    R"({"format": "lockstep-checkpoint", "version": 1, "step": 5})");
+  write_file_atomic(step_dir(5) + "/model.pt", "old bytes");
+  CheckpointReader ck(step_dir(5));
+  EXPECT_FALSE(ck.verified());
+  EXPECT_EQ(ck.read("model.pt"), "old bytes");
+  EXPECT_THROW(ck.read("optimizer.pt"), CheckpointError);
+}
+
+TEST_F(CheckpointTest, CandidatesStartAtLatestThenOlder) {
+  CheckpointStore store(dir_, nullptr, 3);
+  for (int64_t s : {10, 20, 30}) save(store, s);
+  EXPECT_EQ(store.candidates(),
+            (std::vector<std::string>{step_dir(30), step_dir(20), step_dir(10)}));
+  // A later step LATEST does not name (another run's, or a crash before LATEST moved) is
+  // not tried; LATEST naming nothing valid falls back to every checkpoint, with a note.
+  write_file_atomic(dir_ + "/LATEST", "step-00000020\n");
+  EXPECT_EQ(store.candidates(), (std::vector<std::string>{step_dir(20), step_dir(10)}));
+  write_file_atomic(dir_ + "/LATEST", "step-0000002\x01\n");
+  std::string note;
+  EXPECT_EQ(store.candidates(&note),
+            (std::vector<std::string>{step_dir(30), step_dir(20), step_dir(10)}));
+  EXPECT_NE(note.find("LATEST names"), std::string::npos) << note;
+  fs::create_directories(dir_ + "/step-00000040.tmp");
+  EXPECT_EQ(store.candidates().size(), 3u);
+}
+
+// Rotation keeps the checkpoint just saved and keep-1 older ones, never a later one.
+TEST_F(CheckpointTest, RotationKeepsTheOneJustSaved) {
+  CheckpointStore store(dir_, nullptr, 1);
+  save(store, 30);
+  CheckpointStore again(dir_, nullptr, 1);  // a run that resumed from an earlier step
+  save(again, 21);
+  EXPECT_TRUE(fs::exists(step_dir(21)));
+  EXPECT_TRUE(fs::exists(step_dir(30)));
+  CheckpointStore two(dir_, nullptr, 2);
+  for (int64_t s : {40, 50}) save(two, s);
+  EXPECT_FALSE(fs::exists(step_dir(21)));
+  EXPECT_FALSE(fs::exists(step_dir(30)));
+  EXPECT_TRUE(fs::exists(step_dir(40)));
+  EXPECT_TRUE(fs::exists(step_dir(50)));
+}
+
+TEST(CheckpointCrc, KnownVector) { EXPECT_EQ(checkpoint_crc32("123456789"), 0xCBF43926u); }
+
+// The launcher writes the restart count (rank_env) and the trainer reads it back.
+TEST(RestartCount, LauncherEnvironmentReadsBack) {
+  namespace launch = lockstep::launch;
+  const launch::LaunchOptions o =
+      launch::parse_args({"--nproc-per-node", "2", "--max-restarts", "3", "prog"});
+  for (int restart : {0, 1, 3}) {
+    const launch::GroupContext group{"job", 29500, restart};
+    const launch::EnvMap env = launch::rank_env(o, 1, group, {});
+    for (const char* name :
+         {lockstep::env::kRestartCount, lockstep::env::kTorchelasticRestartCount}) {
+      unsetenv(lockstep::env::kRestartCount);
+      unsetenv(lockstep::env::kTorchelasticRestartCount);
+      setenv(name, env.at(name).c_str(), 1);  // as lockstep-run (both) or torchrun (one) sets
+      EXPECT_EQ(restart_count_from_env(), restart) << name;
+    }
+  }
+  unsetenv(lockstep::env::kTorchelasticRestartCount);
+  EXPECT_EQ(restart_count_from_env(), 0);
+  setenv(lockstep::env::kRestartCount, "x1", 1);
+  try {
+    restart_count_from_env();
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const lockstep::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("LOCKSTEP_RESTART_COUNT='x1'"), std::string::npos);
+  }
+  unsetenv(lockstep::env::kRestartCount);
+}
+
+}  // namespace
