@@ -48,6 +48,11 @@ grep -q "at step 13 (written by 2 ranks, continuing on 1)" zero1.log || { cat ze
 a=$(summary "$W/zero2/summary.json" param_crc32) b=$(summary "$W/zero1/summary.json" param_crc32)
 echo "step-13 parameters: crc32 $a on 2 ranks, $b on 1"
 [[ $a == "$b" ]] || fail "the parameters loaded on 1 rank differ from the checkpoint's"
+"$TRAIN" "$CFG" --set run.out_dir="$W/init" "${common[@]}" --set optim.lr=0 --set eval.threshold=0 \
+  --set train.max_steps=1 > init.log 2>&1 || { cat init.log; fail "1-step run with lr 0"; }
+init=$(summary "$W/init/summary.json" param_crc32)
+echo "initial parameters: crc32 $init"
+[[ $init != "$a" ]] || fail "the resumed runs hold the initial parameters, not the checkpoint's"
 "$TRAIN" "$CFG" --set run.out_dir="$W/one" "${common[@]}" --resume > one.log 2>&1 || { cat one.log; fail "1-rank resume"; }
 grep -q "1 rank.* x 2 accumulation = 64" one.log || { cat one.log; fail "1-rank effective batch"; }
 rows=$(($(wc -l < "$W/one/metrics/loss-rank-0.csv") - 1))
