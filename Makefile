@@ -19,8 +19,18 @@ export ASAN_OPTIONS  ?= detect_leaks=0:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS  ?= halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/scripts/tsan.supp
 
-.PHONY: all deps deps-bench configure build test test-asan test-tsan test-nompi lint format \
-        demo demo-fashion-mnist bench clean
+# libtorch 2.x: the libtorch inside the torch wheel of .venv-bench (scripts/install-deps.sh
+# --torch2; shared with make bench), C++20, the CXX11 ABI like Debian's gloo/OpenMPI/gtest.
+# Builds and runs the unit, comm, DDP and FSDP tests, the install + consumer tests and
+# TensorBoard's own reader over the trainer's events (docs/install.md, docs/development.md).
+TORCH2_PY      := $(CURDIR)/.venv-bench/bin/python
+TORCH2_TARGETS := unit_launch unit_comm unit_data unit_ddp unit_compress unit_numerics \
+                  lockstep-run collectives_check ddp_equivalence fsdp_equivalence \
+                  lockstep_models lockstep_train lockstep-train
+TORCH2_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics)\.|(collectives|ddp_equivalence|fsdp_equivalence)_(shm|gloo)_np2|mismatch_detected_(shm|gloo)|packaging_(install|consumer_cmake)|tensorboard_reader)
+
+.PHONY: all deps deps-bench deps-torch2 configure build test test-asan test-tsan test-nompi \
+        test-torch2 package lint format demo demo-fashion-mnist bench clean
 
 all: build
 
@@ -29,6 +39,9 @@ deps:
 
 deps-bench:
 	@bash scripts/install-deps.sh --bench
+
+deps-torch2:
+	@bash scripts/install-deps.sh --torch2
 
 # Always (re)configure: cheap when nothing changed, and a failed first configure is retried.
 configure: deps
@@ -60,6 +73,17 @@ test-nompi: deps
 	cmake --build build-nompi -j$(JOBS) --target unit_comm lockstep-run collectives_check
 	cd build-nompi && ctest --output-on-failure -R '^(unit_comm\.|collectives_(shm|gloo)_np2|no_mpi_)' $(CTEST_FLAGS)
 
+test-torch2: deps deps-torch2
+	cmake -S . -B build-torch2 -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_BUILD_BENCH=OFF \
+	  -DLOCKSTEP_WERROR=$(WERROR) -DLOCKSTEP_TEST_PYTHON=$(TORCH2_PY) \
+	  -DCMAKE_PREFIX_PATH="$$($(TORCH2_PY) -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+	cmake --build build-torch2 -j$(JOBS) --target $(TORCH2_TARGETS)
+	cd build-torch2 && ctest --output-on-failure --timeout 600 -R '$(TORCH2_TESTS)' $(CTEST_FLAGS)
+
+# build/lockstep_<version>_<arch>.deb (cmake/Package.cmake), from the Debian-libtorch build.
+package: build
+	cd $(BUILD) && cpack -G DEB
+
 # clang-format (check only) and clang-tidy (.clang-tidy) over the library, apps and tests.
 lint: configure
 	bash scripts/lint.sh $(BUILD)
@@ -88,4 +112,4 @@ bench: deps-bench build
 	$(BUILD)/bench/lockstep-bench fsdp
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan build-nompi
+	rm -rf $(BUILD) build-asan build-tsan build-nompi build-torch2

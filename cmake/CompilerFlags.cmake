@@ -17,3 +17,10 @@ if(LOCKSTEP_SANITIZE)
     add_compile_options(-fno-sanitize-recover=undefined)
   endif()
 endif()
+
+# GCC 12 in C++20 (libtorch >= 2.14 builds) warns -Wrestrict on plain std::string
+# assignments inlined at -O3 (GCC bug 105329, a false positive fixed in GCC 13).
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13
+   AND CMAKE_CXX_STANDARD GREATER_EQUAL 20)
+  add_compile_options(-Wno-restrict)
+endif()

@@ -11,6 +11,11 @@ endfunction()
 find_package(Threads REQUIRED)
 find_package(Torch QUIET)
 lockstep_require(Torch_FOUND "libtorch (with c10d)" libtorch-dev)
+include(${CMAKE_CURRENT_LIST_DIR}/TorchFixups.cmake)  # a pip wheel's libtorch: c10, CUDA
+# libtorch >= 2.14's headers #error below C++20 (ATen/ATen.h, torch/all.h).
+if(Torch_VERSION VERSION_GREATER_EQUAL 2.14 AND CMAKE_CXX_STANDARD LESS 20)
+  set(CMAKE_CXX_STANDARD 20)
+endif()
 # c10d's ProcessGroupGloo.hpp includes <gloo/...>.
 find_path(LOCKSTEP_GLOO_INCLUDE gloo/config.h)
 lockstep_require(LOCKSTEP_GLOO_INCLUDE "the Gloo headers" libgloo-dev)

@@ -6,6 +6,9 @@
 #                                    (PyTorch DDP) and, for lockstep-bench fsdp, a virtual
 #                                    environment .venv-bench/ with torch 2.x from PyPI (PyTorch's
 #                                    FSDP; Debian's torch 1.13 cannot import it under Python 3.11)
+#   scripts/install-deps.sh --torch2 the same .venv-bench/ (one torch 2.x download for both) plus
+#                                    the tensorboard package: make test-torch2 builds against the
+#                                    wheel's libtorch and reads the trainer's events with TensorBoard
 set -euo pipefail
 
 pkgs=(
@@ -23,10 +26,15 @@ pkgs=(
   python3               # tests/train/read_tfevents.py: an independent TensorBoard reader
 )
 bench=0
+venv_extra=()
 if [[ "${1:-}" == "--bench" ]]; then
   bench=1
   pkgs+=(python3-torch)   # the peer of lockstep-bench ddp: PyTorch's own DDP
   pkgs+=(python3-venv)    # the venv of lockstep-bench fsdp's peer (below)
+elif [[ "${1:-}" == "--torch2" ]]; then
+  bench=1                 # the bench's venv: its torch wheel carries libtorch 2.x for C++
+  pkgs+=(python3-venv)
+  venv_extra=(tensorboard)  # TensorBoard's own event reader (tests/packaging)
 fi
 
 # The peer of lockstep-bench fsdp: torch 2.x from PyPI in <source>/.venv-bench (ignored by git,
@@ -36,10 +44,18 @@ bench_venv() {
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
   venv="$root/.venv-bench"
   spec="${LOCKSTEP_BENCH_TORCH:-torch==2.15.0}"
-  if "$venv/bin/python" -c 'import torch.distributed.fsdp' 2>/dev/null; then return 0; fi
-  echo "install-deps: creating $venv with $spec from PyPI (several GB: the wheel pulls CUDA libraries)"
-  /usr/bin/python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "$spec" numpy
+  if ! "$venv/bin/python" -c 'import torch.distributed.fsdp' 2>/dev/null; then
+    echo "install-deps: creating $venv with $spec from PyPI (several GB: the wheel pulls CUDA libraries)"
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "$spec" numpy
+  fi
+  local p
+  for p in "${venv_extra[@]}"; do
+    if ! "$venv/bin/python" -c "import $p" 2>/dev/null; then
+      echo "install-deps: installing $p into $venv"
+      "$venv/bin/pip" install --quiet --disable-pip-version-check "$p"
+    fi
+  done
 }
 
 missing=()
