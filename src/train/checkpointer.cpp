@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -55,6 +56,37 @@ void load_file(T& obj, const CheckpointReader& ck, const std::string& name) {
     torch::load(obj, is);
   } catch (const c10::Error& e) {
     throw_load_error(ck, name, e);
+  }
+}
+
+// Every parameter's and buffer's shape, by name.
+std::map<std::string, std::vector<int64_t>> shapes_of(const torch::nn::Module& m) {
+  std::map<std::string, std::vector<int64_t>> out;
+  for (const auto& p : m.named_parameters()) out[p.key()] = p.value().sizes().vec();
+  for (const auto& b : m.named_buffers()) out[b.key()] = b.value().sizes().vec();
+  return out;
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// libtorch's Module::load replaces a tensor whatever its shape, so a checkpoint of another
+// model (e.g. another model.d_ff) would load silently: compare the shapes it left.
+void check_shapes(const CheckpointReader& ck,
+                  const std::map<std::string, std::vector<int64_t>>& want,
+                  const std::map<std::string, std::vector<int64_t>>& got) {
+  for (const auto& [name, shape] : want) {
+    const auto it = got.find(name);
+    if (it != got.end() && it->second == shape) continue;
+    throw Error(ck.path("model.pt") + ": " +
+                (ck.verified() ? "intact (checksum ok) but it" : "it") +
+                " does not fit this run: '" + name + "' is " +
+                (it == got.end() ? std::string("missing") : shape_text(it->second)) +
+                " in the checkpoint, " + shape_text(shape) +
+                " in this model (resume with the configuration that wrote it)");
   }
 }
 
@@ -221,7 +253,9 @@ void Checkpointer::check_compatible(const std::string& dir, const json& meta) co
 // that overlap this one's (read on demand; a missing file is an error naming it).
 void Checkpointer::load_state(const CheckpointReader& ck) {
   if (!fsdp_) {
+    const auto before = shapes_of(*model_);
     load_file(model_, ck, "model.pt");
+    check_shapes(ck, before, shapes_of(*model_));
     load_file(optimizer_, ck, "optimizer.pt");
     return;
   }

@@ -6,7 +6,8 @@
 # size, and resume skips step 20 and continues from step 10. Also: a damaged LATEST, a
 # legacy checkpoint (no checksums) whose truncated model.pt libtorch cannot parse (one
 # line, libtorch's trace only with LOCKSTEP_DEBUG=1), no intact checkpoint at all (exit 1),
-# and rotation keeping the checkpoint written after a fallback.
+# an intact checkpoint of another model (exit 1, no fallback), and rotation keeping the
+# checkpoint written after a fallback.
 set -uo pipefail
 RUN=$1 TRAIN=$2 SCORE=$3 SRC=$4
 W=$(mktemp -d /tmp/lockstep-train-integrity.XXXXXX)
@@ -107,6 +108,15 @@ grep "no intact checkpoint" none.log | head -2
 [[ $rc == 1 ]] || { cat none.log; fail "no intact checkpoint exited $rc"; }
 grep -q "resume: no intact checkpoint in $W/none/checkpoints (tried 2, newest .*step-00000020)" none.log ||
   fail "no-intact message"
+
+echo "== an intact checkpoint of another model: exit 1 on every rank, no fallback"
+cp -r "$W/ddp" "$W/other"
+two "$CFG" --set run.out_dir="$W/other" "${common[@]}" --set model.d_ff=128 --resume > other.log 2>&1; rc=$?
+grep "does not fit" other.log | head -1
+[[ $rc == 1 ]] || { cat other.log; fail "another model exited $rc"; }
+grep -q "step-00000020/model.pt: intact (checksum ok) but it does not fit this run: 'layers.0.ff1.bias' is \[64\] in the checkpoint, \[128\] in this model" other.log ||
+  fail "another model: message"
+! grep -q "skipping damaged" other.log || fail "another model: fell back"
 
 echo "== rotation after a fallback keeps the new checkpoint (keep = 1)"
 cp -r "$W/ddp" "$W/rot"
