@@ -11,7 +11,10 @@
 //   - resizing a tensor's storage in place (FSDP frees and re-allocates a unit's
 //     gathered parameters under the views that autograd saved of them);
 //   - the autocast state per device (1.13: is_cpu_enabled/set_autocast_cpu_dtype...,
-//     2.4+: is_autocast_enabled(device)/set_autocast_dtype(device, dtype)).
+//     2.4+: is_autocast_enabled(device)/set_autocast_dtype(device, dtype));
+//   - the owning pointer to an autograd Node (1.13: std::shared_ptr; 2.15: c10::intrusive_ptr);
+//   - the key of a parameter's state in torch::optim::Optimizer (1.13: the TensorImpl's
+//     address as a string; 2.x: the address itself).
 // Header-only; include it only from .cpp files or headers that need these hooks.
 #pragma once
 
@@ -26,6 +29,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <sstream>
+#include <string>
+#include <type_traits>
 #include <utility>
 
 #define LOCKSTEP_TORCH_VERSION_AT_LEAST(major, minor) \
@@ -53,11 +59,16 @@ class LambdaPostHook final : public torch::autograd::FunctionPostHook {
   std::function<void()> fn_;
 };
 
+// What owns an autograd Node: std::shared_ptr in 1.13, c10::intrusive_ptr in 2.15 (whatever
+// grad_accumulator() returns). Both have ->, reset() and a test for null.
+using NodePtr =
+    decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
+
 // The registration of one post-hook; keeps the node alive (a parameter holds its
 // AccumulateGrad node only weakly, so without this the node - and our hook -
 // could be dropped and recreated between iterations).
 struct PostHookHandle {
-  std::shared_ptr<torch::autograd::Node> node;
+  NodePtr node;
   std::uintptr_t key = 0;
 };
 
@@ -90,6 +101,22 @@ inline void queue_end_of_backward_callback(std::function<void()> fn) {
 // that share it see the new memory. 0 frees it. CPU tensors only.
 inline void resize_storage_bytes(const at::Tensor& t, int64_t bytes) {
   at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), static_cast<size_t>(bytes));
+}
+
+// The key of `param`'s entry in an optimizer's state map (torch::optim::Optimizer::state_,
+// passed as `state`): 1.13 keys it by the TensorImpl's address printed into a string (what
+// its c10::guts::to_string gave; 2.x has no such function), 2.x by the address itself.
+template <class StateMap>
+typename StateMap::key_type optimizer_state_key(const StateMap& /*state*/,
+                                                const at::Tensor& param) {
+  using Key = typename StateMap::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream key;
+    key << param.unsafeGetTensorImpl();
+    return key.str();
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
 }
 
 // Autocast state of one device type (CPU or CUDA) for the calling thread.
