@@ -3,6 +3,7 @@
 #include "comm/validate.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard; libtorch 2.x: not via ATen.h
 
 #include <algorithm>
 
