@@ -1,5 +1,6 @@
 // AnyPrecision AdamW: the step, the option checks and the archive format (the same layout
 // as torch's optimizers, through torch::optim::serialize). See the header for the algorithm.
+#include <lockstep/compat.h>
 #include <lockstep/error.h>
 #include <lockstep/numerics/anyprecision_adamw.h>
 
@@ -158,7 +159,7 @@ AnyPrecisionAdamW::AnyPrecisionAdamW(std::vector<torch::optim::OptimizerParamGro
 
 AnyPrecisionAdamWParamState& AnyPrecisionAdamW::state_for(const Tensor& p,
                                                           const AnyPrecisionAdamWOptions& o) {
-  auto& slot = state_[c10::guts::to_string(p.unsafeGetTensorImpl())];
+  auto& slot = state_[compat::optimizer_state_key(state_, p)];
   if (!slot) slot = std::make_unique<AnyPrecisionAdamWParamState>();
   auto& s = static_cast<AnyPrecisionAdamWParamState&>(*slot);
   ensure_dtype(s.exp_avg(), p, o.momentum_dtype());
