@@ -25,7 +25,8 @@ Parsed parse(std::vector<const char*> args) {
   CLI::App app{"a test program", "prog"};
   app.add_option("config", p.config, "config")->required();
   app.add_flag("--resume", p.resume, "resume");
-  app.add_flag("--generate-only", "generate");
+  // C++20 makes add_flag(name, "text") ambiguous in CLI11 2.1 (arrays become constructible).
+  app.add_flag("--generate-only")->description("generate");
   std::vector<std::string> sets;
   app.add_option("--set", sets, "override");
   args.insert(args.begin(), "prog");
