@@ -77,11 +77,17 @@ void GradScaler::save(torch::serialize::OutputArchive& archive) const {
 }
 
 void GradScaler::load(torch::serialize::InputArchive& archive) {
-  c10::IValue v;
-  archive.read("scale", v);
-  scale_ = v.toDouble();
-  archive.read("growth_tracker", v);
-  growth_tracker_ = v.toInt();
+  c10::IValue scale, tracker;
+  archive.read("scale", scale);
+  archive.read("growth_tracker", tracker);
+  restore(scale.toDouble(), tracker.toInt());
+}
+
+void GradScaler::restore(double scale, int64_t growth_tracker) {
+  LOCKSTEP_CHECK(scale > 0 && std::isfinite(scale) && growth_tracker >= 0,
+                 "GradScaler::restore: scale ", scale, ", growth tracker ", growth_tracker);
+  scale_ = scale;
+  growth_tracker_ = growth_tracker;
   stage_ = Stage::Ready;
   found_ranks_.clear();
 }

@@ -220,6 +220,9 @@ int64_t Checkpointer::load(const std::string& dir) {
   const int saved_world = meta.at("world_size").get<int>();
   load_state(ck);
   restore_rng(ck, step, saved_world);
+  if (scaler_ != nullptr && meta.contains("loss_scaler"))  // else the scaler starts afresh
+    scaler_->restore(meta["loss_scaler"].at("scale").get<double>(),
+                     meta["loss_scaler"].at("growth_tracker").get<int64_t>());
   resumed_note_ =
       "resumed from " + dir + " at step " + std::to_string(step) +
       (saved_world == ctx_.world
@@ -303,6 +306,9 @@ void Checkpointer::save(int64_t step, double last_loss) {
                {"strategy", cfg_.strategy.kind},
                {"loss", last_loss},
                {"config", json::parse(cfg_.json)}};
+  if (scaler_ != nullptr)  // the same on every rank: the scaler's decisions are the group's
+    meta["loss_scaler"] = {{"scale", scaler_->get_scale()},
+                           {"growth_tracker", scaler_->growth_tracker()}};
   auto gen = at::detail::getDefaultCPUGenerator();
   torch::Tensor rng;
   {

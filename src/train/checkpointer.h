@@ -8,6 +8,7 @@
 
 #include "train/batch_plan.h"
 
+#include <lockstep/numerics/grad_scaler.h>
 #include <lockstep/parallel/fsdp/core.h>
 
 #include <lockstep/train/checkpoint_store.h>
@@ -48,6 +49,9 @@ class Checkpointer {
   bool due(int64_t step) const;
   // Collective.
   void save(int64_t step, double last_loss);
+  // The loss scaler whose scale and growth tracker go into meta.json and come back on
+  // resume (precision.loss_scaling = "dynamic"); null: none.
+  void set_scaler(amp::GradScaler* scaler) { scaler_ = scaler; }
 
  private:
   std::vector<std::string> shared_candidates() const;
@@ -62,6 +66,7 @@ class Checkpointer {
   std::shared_ptr<torch::nn::Module> model_;
   torch::optim::Optimizer& optimizer_;
   fsdp::FSDPCore* fsdp_;
+  amp::GradScaler* scaler_ = nullptr;
   CheckpointStore store_;
   std::string resumed_note_;  // load()'s line for the log, said once every rank succeeded
 };

@@ -133,6 +133,7 @@ int Trainer::Impl::run() {
   build_model();
   StepRunner runner(cfg, *workload, model, group);  // FSDP shards here, before loading
   Checkpointer checkpointer(cfg, ctx, plan, model, runner.optimizer(), runner.fsdp());
+  checkpointer.set_scaler(runner.scaler());
   const int64_t start_step = resume_requested() ? checkpointer.resume() : 0;
   runner.wrap_ddp();  // after loading: DDP broadcasts rank 0's (identical) parameters
   StepLog log(cfg, ctx, plan, start_step);

@@ -71,6 +71,14 @@ two --set run.out_dir="$W/nan" --set checkpoint.every_steps=5 --resume > resume.
 LOCKSTEP_FAULT_NONFINITE=7:1 two --set run.out_dir="$W/skip" --set train.non_finite=skip \
   > skip.log 2>&1 || { cat skip.log; fail "skip run"; }
 [ "$(summary "$W/skip/summary.json" skipped_steps)" = 1 ] || fail "skipped_steps != 1"
+# With loss scaling the scaler skips the step and backs off; its scale survives a resume.
+LOCKSTEP_FAULT_NONFINITE=3:1 two --set run.out_dir="$W/scaled" --set precision.loss_scaling=dynamic \
+  --set checkpoint.every_steps=5 --set train.stop_after_steps=5 > scaled.log 2>&1 ||
+  { cat scaled.log; fail "scaled run to step 5"; }
+two --set run.out_dir="$W/scaled" --set precision.loss_scaling=dynamic --resume > scaled2.log 2>&1 ||
+  { cat scaled2.log; fail "scaled resume"; }
+[ "$(summary "$W/scaled/summary.json" loss_scale)" = 32768.0 ] ||
+  fail "loss scale after resume: $(summary "$W/scaled/summary.json" loss_scale), want 32768.0"
 
 echo "== config errors"
 err() {  # err EXPECTED-REGEX ARGS...: the run fails naming the key

@@ -81,6 +81,8 @@ class GradScaler {
   // The scale and the growth tracker, for checkpoints (keys "scale", "growth_tracker").
   void save(torch::serialize::OutputArchive& archive) const;
   void load(torch::serialize::InputArchive& archive);
+  // The same state from numbers (e.g. a checkpoint's metadata).
+  void restore(double scale, int64_t growth_tracker);
 
  private:
   enum class Stage { Ready, Unscaled, Stepped };
