@@ -2,6 +2,7 @@
 // the optimizer's state for the shards; loaded at any world size by copying, for each
 // unit, the part of the flat order this rank now owns out of the files that hold it
 // (docs/fsdp.md, "State dicts"; the file format in docs/formats.md).
+#include <lockstep/compat.h>
 #include <lockstep/error.h>
 #include <lockstep/numerics/anyprecision_adamw.h>
 #include <lockstep/parallel/fsdp/core.h>
@@ -82,7 +83,7 @@ void anyprecision_to(const AnyPrecisionAdamWParamState& s, OptState& out) {
 
 OptState state_of(const torch::optim::Optimizer& opt, const at::Tensor& shard) {
   OptState out;
-  const auto it = opt.state().find(c10::guts::to_string(shard.unsafeGetTensorImpl()));
+  const auto it = opt.state().find(lockstep::compat::optimizer_state_key(opt.state(), shard));
   if (it == opt.state().end()) return out;
   out.kind = optimizer_kind(opt);
   if (const auto* p = dynamic_cast<const AnyPrecisionAdamWParamState*>(it->second.get()))
@@ -109,7 +110,7 @@ std::unique_ptr<S> adam_like_from(const OptState& st) {
 }
 
 void set_state(torch::optim::Optimizer& opt, const at::Tensor& shard, const OptState& st) {
-  auto& slot = opt.state()[c10::guts::to_string(shard.unsafeGetTensorImpl())];
+  auto& slot = opt.state()[lockstep::compat::optimizer_state_key(opt.state(), shard)];
   if (st.kind == "adamw") slot = adam_like_from<torch::optim::AdamWParamState>(st);
   if (st.kind == "adam") slot = adam_like_from<torch::optim::AdamParamState>(st);
   if (st.kind == "anyprecision_adamw") {
