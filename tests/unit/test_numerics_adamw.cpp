@@ -1,6 +1,7 @@
 // AnyPrecision AdamW: equal to torch::optim::AdamW with fp32/fp64 states and Kahan off;
 // closer to fp32 training than plain bf16 AdamW with Kahan on; state round trips through
 // torch archives bit for bit; bad options are refused by name.
+#include <lockstep/compat.h>
 #include <lockstep/error.h>
 #include <lockstep/numerics/anyprecision_adamw.h>
 
@@ -242,7 +243,9 @@ TEST(AnyPrecisionAdamW, SaveLoadContinuesBitForBit) {
   torch::load(opt2, archive);
   ASSERT_EQ(opt2.state().size(), ps.size());
   for (size_t i = 0; i < ps.size(); ++i) {
-    const auto key = [](const Tensor& t) { return c10::guts::to_string(t.unsafeGetTensorImpl()); };
+    const auto key = [&](const Tensor& t) {
+      return lockstep::compat::optimizer_state_key(opt.state(), t);
+    };
     const auto& s1 = static_cast<const lockstep::optim::AnyPrecisionAdamWParamState&>(
         *opt.state().at(key(ps[i])));
     const auto& s2 = static_cast<const lockstep::optim::AnyPrecisionAdamWParamState&>(
