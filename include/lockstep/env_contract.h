@@ -30,6 +30,10 @@ inline constexpr const char* kTorchelasticMaxRestarts = "TORCHELASTIC_MAX_RESTAR
 inline constexpr const char* kLauncher = "LOCKSTEP_LAUNCHER";  // "lockstep-run"
 inline constexpr const char* kLauncherName = "lockstep-run";   // its value
 inline constexpr const char* kJobId = "LOCKSTEP_JOB_ID";       // same for all ranks and restarts
+// The rendezvous token a multi-node job may require (docs/launcher.md, "Rendezvous and its
+// security"): the token itself, or a file holding it that only its owner can read (0600).
+inline constexpr const char* kRdzvToken = "LOCKSTEP_RDZV_TOKEN";
+inline constexpr const char* kRdzvTokenFile = "LOCKSTEP_RDZV_TOKEN_FILE";
 inline constexpr const char* kRestartCount = "LOCKSTEP_RESTART_COUNT";  // 0, 1, 2, ...
 inline constexpr const char* kMaxRestarts = "LOCKSTEP_MAX_RESTARTS";    // --max-restarts
 

@@ -8,12 +8,19 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <random>
 #include <thread>
 
 namespace lockstep::comm {
@@ -69,6 +76,223 @@ bool is_port_in_use(const std::string& msg) {
          msg.find("failed to listen") != std::string::npos;
 }
 
+// --- rendezvous security (docs/launcher.md, "Rendezvous and its security") -------------
+
+// SHA-256 (FIPS 180-4), only to derive HMAC proofs of the token: the token itself never
+// enters the store, which any process that reaches the port can read.
+struct Sha256 {
+  uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  std::string buf;
+  uint64_t bits = 0;
+
+  static uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+  void block(const unsigned char* p) {
+    static const uint32_t k[64] = {
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+        0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+        0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+        0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+        0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+        0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+        0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+        0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+        0xc67178f2};
+    uint32_t w[64];
+    for (int i = 0; i < 16; ++i)
+      w[i] = uint32_t(p[4 * i]) << 24 | uint32_t(p[4 * i + 1]) << 16 | uint32_t(p[4 * i + 2]) << 8 |
+             uint32_t(p[4 * i + 3]);
+    for (int i = 16; i < 64; ++i) {
+      uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+      uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+    for (int i = 0; i < 64; ++i) {
+      uint32_t t1 =
+          hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + k[i] + w[i];
+      uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+      hh = g;
+      g = f;
+      f = e;
+      e = d + t1;
+      d = c;
+      c = b;
+      b = a;
+      a = t1 + t2;
+    }
+    const uint32_t add[8] = {a, b, c, d, e, f, g, hh};
+    for (int i = 0; i < 8; ++i) h[i] += add[i];
+  }
+
+  void update(const std::string& data) {
+    bits += uint64_t(data.size()) * 8;
+    buf += data;
+    size_t off = 0;
+    for (; off + 64 <= buf.size(); off += 64)
+      block(reinterpret_cast<const unsigned char*>(buf.data() + off));
+    buf.erase(0, off);
+  }
+
+  std::string digest() {  // 32 raw bytes
+    const uint64_t total = bits;
+    std::string pad(1, char(0x80));
+    pad.append((buf.size() + 1 + 8 <= 64 ? 56 : 120) - buf.size() - 1, '\0');
+    for (int i = 7; i >= 0; --i) pad.push_back(char(total >> (8 * i)));
+    update(pad);
+    std::string out;
+    for (uint32_t v : h)
+      for (int i = 3; i >= 0; --i) out.push_back(char(v >> (8 * i)));
+    return out;
+  }
+};
+
+std::string sha256(const std::string& data) {
+  Sha256 s;
+  s.update(data);
+  return s.digest();
+}
+
+std::string to_hex(const std::string& raw) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : raw) {
+    out.push_back(digits[c >> 4]);
+    out.push_back(digits[c & 15]);
+  }
+  return out;
+}
+
+std::string random_hex(size_t bytes) {
+  std::random_device rd;  // /dev/urandom on Linux
+  std::string raw;
+  while (raw.size() < bytes) {
+    const uint32_t v = rd();
+    raw.append(reinterpret_cast<const char*>(&v), std::min(sizeof v, bytes - raw.size()));
+  }
+  return to_hex(raw);
+}
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
+}
+
+// libtorch's TCPStore listens on every interface and takes no address to bind. For a
+// single-node job rank 0 then ties its listening socket to the loopback device
+// (SO_BINDTODEVICE "lo", allowed unprivileged since Linux 5.7): connections that arrive
+// from another host are refused. Returns false when it could not (older kernel).
+bool restrict_store_to_loopback(int port) {
+  bool found = false, ok = true;
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return false;
+  while (dirent* d = readdir(dir)) {
+    const int fd = std::atoi(d->d_name);
+    if (fd <= 2 || fd == dirfd(dir)) continue;
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage sa{};
+    len = sizeof sa;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) continue;
+    int p = -1;
+    if (sa.ss_family == AF_INET) p = ntohs(reinterpret_cast<sockaddr_in*>(&sa)->sin_port);
+    if (sa.ss_family == AF_INET6) p = ntohs(reinterpret_cast<sockaddr_in6*>(&sa)->sin6_port);
+    if (p != port) continue;
+    found = true;
+    ok = setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, "lo", 3) == 0 && ok;
+  }
+  closedir(dir);
+  return found && ok;
+}
+
+namespace key {
+const char* const kJob = "lockstep/rdzv/job";      // rank 0's job id
+const char* const kAuth = "lockstep/rdzv/auth";    // "token" or "none"
+const char* const kNonce = "lockstep/rdzv/nonce";  // fresh per store: proofs cannot be replayed
+const char* const kCheck = "lockstep/rdzv/check";  // rank 0's proof: tells a wrong token
+}  // namespace key
+
+std::string store_get(const StorePtr& store, const std::string& k) {
+  auto v = store->get(k);
+  return std::string(v.begin(), v.end());
+}
+
+void store_set(const StorePtr& store, const std::string& k, const std::string& v) {
+  store->set(k, std::vector<uint8_t>(v.begin(), v.end()));
+}
+
+std::string show_id(const std::string& id) { return id.empty() ? "(none)" : "'" + id + "'"; }
+
+[[noreturn]] void refuse(const LaunchEnv& e, const std::string& why) {
+  throw ConfigError(detail::concat("rank ", e.rank, " refused by the rendezvous store at ",
+                                   e.master_addr, ":", e.master_port, ": ", why));
+}
+
+// The first exchange on a fresh store, before any rank announces itself: rank 0 publishes
+// its job id and whether a token is required; every other rank checks both.
+void handshake(const StorePtr& store, const LaunchEnv& e) {
+  namespace n = lockstep::env;
+  if (e.rank == 0) {
+    const std::string nonce = random_hex(16);
+    store_set(store, key::kNonce, nonce);
+    store_set(store, key::kAuth, e.rdzv_token.empty() ? "none" : "token");
+    if (!e.rdzv_token.empty())
+      store_set(store, key::kCheck, rdzv_proof(e.rdzv_token, nonce + "\ncheck"));
+    store_set(store, key::kJob, e.job_id);  // last: the others wait for it
+    return;
+  }
+  const std::string job = store_get(store, key::kJob);
+  if (job != e.job_id)
+    refuse(e, detail::concat("it belongs to job ", show_id(job), ", this rank to job ",
+                             show_id(e.job_id),
+                             ". Two jobs share the port: give each its own --master-port "
+                             "(MASTER_PORT), or every node of one job the same --rdzv-id (",
+                             n::kJobId, ")"));
+  const bool required = store_get(store, key::kAuth) == "token";
+  if (required && e.rdzv_token.empty())
+    refuse(e, detail::concat("rank 0 requires the job's token and this rank has none; set ",
+                             n::kRdzvToken, " or ", n::kRdzvTokenFile, " on every node"));
+  if (!required && !e.rdzv_token.empty())
+    refuse(e, detail::concat("this rank has a token but rank 0 has none; set the same ",
+                             n::kRdzvToken, " or ", n::kRdzvTokenFile, " on every node"));
+  if (required && store_get(store, key::kCheck) !=
+                      rdzv_proof(e.rdzv_token, store_get(store, key::kNonce) + "\ncheck"))
+    refuse(e, detail::concat("this rank's token differs from rank 0's; set the same ",
+                             n::kRdzvToken, " or ", n::kRdzvTokenFile, " on every node"));
+}
+
+// With a token, each join entry carries an HMAC of (nonce, job, key, payload): entries
+// written by a process without the token are told apart from the job's own.
+std::string seal(const StorePtr& store, const LaunchEnv& e, const std::string& k,
+                 const std::string& payload) {
+  if (e.rdzv_token.empty() || e.world_size == 1) return payload;
+  const std::string msg =
+      store_get(store, key::kNonce) + "\n" + e.job_id + "\n" + k + "\n" + payload;
+  return payload + "\n" + rdzv_proof(e.rdzv_token, msg);
+}
+
+std::string unseal(const StorePtr& store, const LaunchEnv& e, const std::string& k,
+                   const std::string& entry, int rank) {
+  if (e.rdzv_token.empty() || e.world_size == 1) return entry;
+  const auto cut = entry.rfind('\n');
+  const std::string payload = cut == std::string::npos ? entry : entry.substr(0, cut);
+  if (cut == std::string::npos || seal(store, e, k, payload) != entry) {
+    CommContext c;
+    c.rank = e.rank;
+    c.world_size = e.world_size;
+    c.op = "rendezvous";
+    c.peer = rank;
+    throw CommError(CommError::Kind::Rendezvous, c,
+                    detail::concat("the join entry of rank ", rank,
+                                   " carries no valid proof of the job's token: a process "
+                                   "without the token wrote it; the job stops rather than "
+                                   "accept it"));
+  }
+  return payload;
+}
+
 StorePtr connect_store(const LaunchEnv& e, Millis timeout);
 
 // Groups of one job share rank 0's store (it can be hosted only once per port): a later
@@ -83,6 +307,7 @@ StorePtr shared_store(const LaunchEnv& e, Millis timeout) {
   if (it != live.end())
     if (StorePtr alive = it->second.lock()) return alive;
   StorePtr store = connect_store(e, timeout);
+  if (e.world_size > 1) handshake(store, e);
   live.insert_or_assign(key, c10::weak_intrusive_ptr<c10d::Store>(store));
   return store;
 }
@@ -95,7 +320,15 @@ StorePtr connect_store(const LaunchEnv& e, Millis timeout) {
   o.waitWorkers = false;  // our own join below names the ranks that are missing
   o.timeout = timeout;
   try {
-    return c10::make_intrusive<c10d::TCPStore>(e.master_addr, o);
+    auto store = c10::make_intrusive<c10d::TCPStore>(e.master_addr, o);
+    const bool local = is_loopback(e.master_addr) ||
+                       (e.single_node() && e.launcher == lockstep::env::kLauncherName);
+    if (o.isServer && local && !restrict_store_to_loopback(e.master_port))
+      std::fprintf(stderr,
+                   "lockstep: warning: could not restrict the rendezvous store on port %d to "
+                   "loopback (SO_BINDTODEVICE needs Linux 5.7); it accepts other hosts too\n",
+                   e.master_port);
+    return store;
   } catch (const std::exception& ex) {
     CommContext c;
     c.rank = e.rank;
@@ -139,8 +372,8 @@ bool store_check(const StorePtr& store, const std::string& key, const LaunchEnv&
 // Returns every rank's `payload` (by default its hostname).
 std::vector<std::string> join(const StorePtr& store, const std::string& prefix, const LaunchEnv& e,
                               Millis timeout, const std::string& payload = hostname()) {
-  const std::string& me = payload;
-  store->set(prefix + "join/" + std::to_string(e.rank), std::vector<uint8_t>(me.begin(), me.end()));
+  const std::string mine = prefix + "join/" + std::to_string(e.rank);
+  store_set(store, mine, seal(store, e, mine, payload));
   const auto start = Clock::now();
   // Rank 0 hosts the store: it waits a little longer, so the others can read the store
   // (and report the missing ranks themselves) until they give up.
@@ -170,13 +403,23 @@ std::vector<std::string> join(const StorePtr& store, const std::string& prefix, 
   }
   std::vector<std::string> hosts;
   for (int r = 0; r < e.world_size; ++r) {
-    auto v = store->get(prefix + "join/" + std::to_string(r));
-    hosts.emplace_back(v.begin(), v.end());
+    const std::string k = prefix + "join/" + std::to_string(r);
+    hosts.push_back(unseal(store, e, k, store_get(store, k), r));
   }
   return hosts;
 }
 
 }  // namespace
+
+std::string rdzv_proof(const std::string& token, const std::string& message) {
+  // HMAC-SHA256 (RFC 2104): H((K ^ opad) || H((K ^ ipad) || m)), K padded to 64 bytes.
+  std::string k = token.size() > 64 ? sha256(token) : token;
+  k.resize(64, '\0');
+  std::string inner = k, outer = k;
+  for (char& c : inner) c ^= 0x36;
+  for (char& c : outer) c ^= 0x5c;
+  return to_hex(sha256(outer + sha256(inner + message)));
+}
 
 std::string resolve_backend(const std::string& requested, const LaunchEnv& env_) {
   std::string b = requested;

@@ -4,8 +4,13 @@
 #include <lockstep/env_contract.h>
 #include <lockstep/error.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <functional>
 
 namespace lockstep::comm {
@@ -71,6 +76,28 @@ LaunchEnv read(const Contract& c) {
   return e;
 }
 
+// The token file must be a regular file that only its owner can read or write: a token
+// others can read protects nothing.
+std::string read_token_file(const char* path) {
+  namespace n = lockstep::env;
+  struct stat st {};
+  if (stat(path, &st) != 0)
+    throw ConfigError(
+        detail::concat(n::kRdzvTokenFile, "='", path, "' cannot be read: ", std::strerror(errno)));
+  if (!S_ISREG(st.st_mode) || (st.st_mode & 077) != 0 || st.st_uid != geteuid())
+    throw ConfigError(detail::concat(n::kRdzvTokenFile, "='", path,
+                                     "' must be a regular file of yours that only you can read "
+                                     "(chmod 600 ",
+                                     path, ")"));
+  std::ifstream in(path);
+  std::string token;
+  std::getline(in, token);
+  if (token.empty())
+    throw ConfigError(
+        detail::concat(n::kRdzvTokenFile, "='", path, "' is empty: its first line is the token"));
+  return token;
+}
+
 }  // namespace
 
 LaunchEnv LaunchEnv::from_environment() {
@@ -101,6 +128,13 @@ LaunchEnv LaunchEnv::from_environment() {
       throw ConfigError(detail::concat(n::kMasterPort, "=", p, " is not a TCP port (1..65535)"));
   }
   if (const char* j = get(n::kJobId)) e.job_id = j;
+  if (const char* t = get(n::kRdzvToken)) e.rdzv_token = t;
+  if (const char* f = get(n::kRdzvTokenFile)) {
+    if (!e.rdzv_token.empty())
+      throw ConfigError(detail::concat("both ", n::kRdzvToken, " and ", n::kRdzvTokenFile,
+                                       " are set: set only one"));
+    e.rdzv_token = read_token_file(f);
+  }
   return e;
 }
 

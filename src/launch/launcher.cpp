@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 
@@ -104,6 +105,43 @@ int pick_free_port(const std::string& addr) {
   return ntohs(sa.sin_port);
 }
 
+bool port_is_free(int port) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return true;  // cannot tell: let rank 0 report it
+  int one = 1;
+  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as TCPStore does
+  sockaddr_in sa = {};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  const bool free = bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+  close(s);
+  return free;
+}
+
+std::string default_job_id(const LaunchOptions& opt) {
+  if (!opt.rdzv_id.empty()) return opt.rdzv_id;
+  if (opt.nnodes == 1) return make_job_id();
+  // Every node must agree without talking: derive it from what they share.
+  std::string id = "lockstep-" + opt.master_addr + "-" + std::to_string(opt.master_port);
+  for (char& c : id)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '_';
+  return id;
+}
+
+// The port of one start: --master-port 0 always gets a free one; a single-node job whose
+// default port is taken (another job, a lingering store) falls back to a free one, as
+// torchrun --standalone does, and says which.
+int resolve_port(const LaunchOptions& opt) {
+  if (opt.master_port == 0) return pick_free_port("127.0.0.1");
+  if (opt.master_port_given || opt.nnodes > 1 || port_is_free(opt.master_port))
+    return opt.master_port;
+  const int port = pick_free_port("127.0.0.1");
+  say(concat("port ", opt.master_port, " is in use; rendezvous on free port ", port,
+             " instead (--master-port P to choose one)"));
+  return port;
+}
+
 int run_launcher(const LaunchOptions& opt) {
   ensure_std_fds_open();
   std::vector<int> logs = open_logs(opt);
@@ -114,11 +152,11 @@ int run_launcher(const LaunchOptions& opt) {
         " ranks do not oversubscribe the cores; set it yourself to tune it");
   SignalPipe signals;
   GroupContext ctx;
-  ctx.job_id = make_job_id();
+  ctx.job_id = default_job_id(opt);
   for (int attempt = 0;; ++attempt) {
     ctx.restart_count = attempt;
     // A fresh free port each start: the previous group's port may linger in TIME_WAIT.
-    ctx.master_port = opt.master_port != 0 ? opt.master_port : pick_free_port("127.0.0.1");
+    ctx.master_port = resolve_port(opt);
     if (attempt > 0) mark_restart_in_logs(logs, attempt);
     Group group(opt, ctx, base, signals, logs);
     AttemptResult res = group.run();

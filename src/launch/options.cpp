@@ -70,6 +70,20 @@ const std::vector<ValueFlag>& value_flags() {
        [](LaunchOptions& o, const std::string& f, const std::string& v) {
          o.master_port =
              int(parse_long(f, v, 0, 65535, "a TCP port 0..65535 (0 = pick a free one)"));
+         o.master_port_given = true;
+       }},
+      {"--rdzv-id",
+       [](LaunchOptions& o, const std::string& f, const std::string& v) {
+         // It names shared-memory segments and files: keep it to safe characters.
+         bool ok = !v.empty() && v.size() <= 64;
+         for (char c : v)
+           ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '-' || c == '_' || c == '.');
+         if (!ok)
+           throw UsageError(concat("lockstep-run: ", f,
+                                   " expects 1-64 characters from A-Z a-z 0-9 . _ -, got '", v,
+                                   "'"));
+         o.rdzv_id = v;
        }},
       {"--log-dir",
        [](LaunchOptions& o, const std::string& f, const std::string& v) {
@@ -195,7 +209,11 @@ options (before PROGRAM; "--" also ends them; --flag value or --flag=value):
   --nnodes M           number of nodes (default 1)
   --node-rank K        this node's index, 0..M-1 (default 0)
   --master-addr HOST   address of rank 0's node (default 127.0.0.1)
-  --master-port P      rendezvous port (default 29500; 0 = pick a free one, single node only)
+  --master-port P      rendezvous port (default 29500; 0 = pick a free one, single node only;
+                       a single-node job whose default port is taken uses a free one)
+  --rdzv-id ID         job id (LOCKSTEP_JOB_ID), the same on every node; ranks of another
+                       job that reach this job's store are refused (default: random on one
+                       node, derived from --master-addr:--master-port on several)
   --log-dir DIR        also write each rank's stdout+stderr to DIR/rank_N.log
   --max-restarts K     restart the whole group up to K times after a failure (default 0)
   --grace-seconds S    seconds between SIGTERM and SIGKILL when stopping ranks (default 5)

@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <climits>
+#include <cstdio>
+#include <random>
 
 extern char** environ;
 
@@ -102,7 +104,11 @@ std::string make_job_id() {
   auto start_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::system_clock::now().time_since_epoch())
                       .count();
-  return h + "-" + std::to_string(getpid()) + "-" + std::to_string(start_ms);
+  // A random part too: two launches in the same millisecond (pid namespaces) still differ.
+  std::random_device rd;
+  char rnd[9];
+  std::snprintf(rnd, sizeof rnd, "%08x", static_cast<unsigned>(rd()));
+  return h + "-" + std::to_string(getpid()) + "-" + std::to_string(start_ms) + "-" + rnd;
 }
 
 }  // namespace lockstep::launch

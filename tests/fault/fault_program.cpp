@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
   try {
     auto pg = lockstep::init();
     if (mode == "join") {
+      // Rank 0 hosts the store: leaving before the others finish their last store reads
+      // would break their connection; the barrier (not through the store) waits for them.
+      pg->barrier()->wait();
       std::printf("rank %d joined\n", pg->rank());
       return 0;
     }

@@ -22,7 +22,10 @@ struct InitOptions {
 
 // Rendezvous with the other ranks and build the group. Throws CommError(Rendezvous)
 // naming the missing ranks if some never join within the timeout, and ConfigError
-// for a bad environment or an unusable MASTER_PORT.
+// for a bad environment or an unusable MASTER_PORT. Before joining, every rank checks
+// that the store is its own job's (LaunchEnv::job_id) and, where rank 0 has a token
+// (LaunchEnv::rdzv_token), that it holds the same one: a ConfigError naming both job ids
+// otherwise. Single-node stores accept loopback connections only.
 std::shared_ptr<ProcessGroup> init(const InitOptions& options = {});
 
 // The backend `auto` resolves to for this environment.
@@ -33,6 +36,11 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options = {});
 // shm and gloo; the mpi backend throws ConfigError (not available yet).
 std::shared_ptr<ProcessGroup> init_split(int color, const InitOptions& options = {});
 std::string resolve_backend(const std::string& requested, const LaunchEnv& env);
+
+// HMAC-SHA256 of `message` keyed by `token`, as 64 hex digits: the proof of the rendezvous
+// token that ranks write into the store instead of the token (docs/launcher.md,
+// "Rendezvous and its security"). Exposed for its tests.
+std::string rdzv_proof(const std::string& token, const std::string& message);
 
 }  // namespace lockstep::comm
 

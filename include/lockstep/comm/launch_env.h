@@ -19,6 +19,9 @@ struct LaunchEnv {
   int master_port = 29500;
   std::string launcher = "none";  // "torchrun", "mpirun", "slurm", "none"
   std::string job_id;             // unique per job where the launcher provides one
+  // The shared secret of the rendezvous (LOCKSTEP_RDZV_TOKEN, or the first line of the 0600
+  // file LOCKSTEP_RDZV_TOKEN_FILE); empty = none. Rank 0 with a token refuses ranks without it.
+  std::string rdzv_token;
 
   bool single_node() const { return local_world_size == world_size; }
   // Reads the process environment; throws ConfigError naming the variable on bad values.

@@ -23,6 +23,8 @@ struct LaunchOptions {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;           // 0 = pick a free port (single node only)
+  bool master_port_given = false;    // --master-port was on the command line
+  std::string rdzv_id;               // --rdzv-id; empty = the launcher's default job id
   std::string log_dir;               // empty = no per-rank log files
   int max_restarts = 0;              // whole-group restarts after a failure
   double grace_seconds = 5.0;        // SIGTERM -> SIGKILL grace during teardown

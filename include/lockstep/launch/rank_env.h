@@ -46,7 +46,7 @@ bool should_note_omp(const LaunchOptions& opt, const EnvMap& base);
 // "NAME=value" strings for execve.
 std::vector<std::string> to_envp(const EnvMap& env);
 
-// hostname-pid-starttime: unique per launch on a node, and a legal shm name component.
+// hostname-pid-starttime-random: unique per launch, and a legal shm name component.
 std::string make_job_id();
 
 }  // namespace lockstep::launch
