@@ -7,7 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <fstream>
 #include <initializer_list>
 #include <map>
 #include <optional>
@@ -28,6 +32,8 @@ const char* kVars[] = {"RANK",
                        "MASTER_PORT",
                        "LOCKSTEP_LAUNCHER",
                        "LOCKSTEP_JOB_ID",
+                       "LOCKSTEP_RDZV_TOKEN",
+                       "LOCKSTEP_RDZV_TOKEN_FILE",
                        "OMPI_COMM_WORLD_RANK",
                        "OMPI_COMM_WORLD_SIZE",
                        "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -225,6 +231,45 @@ TEST_F(EnvTest, InitRejectsBadSettingsByName) {
   EXPECT_EQ(pg->options().timeout.count(), 2500);
   EXPECT_EQ(pg->size(), 1);
   unsetenv("LOCKSTEP_TIMEOUT_S");
+}
+
+// The proofs of the rendezvous token are HMAC-SHA256: RFC 4231 test cases 1, 2 and 6
+// (a key longer than the 64-byte block is hashed first).
+TEST(RdzvProof, IsHmacSha256) {
+  using lockstep::comm::rdzv_proof;
+  EXPECT_EQ(rdzv_proof(std::string(20, '\x0b'), "Hi There"),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  EXPECT_EQ(rdzv_proof("Jefe", "what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  EXPECT_EQ(rdzv_proof(std::string(131, '\xaa'),
+                       "Test Using Larger Than Block-Size Key - Hash Key First"),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+}
+
+TEST_F(EnvTest, RdzvTokenFromTheEnvironmentOrAPrivateFile) {
+  EXPECT_TRUE(LaunchEnv::from_environment().rdzv_token.empty());
+  set({{"LOCKSTEP_RDZV_TOKEN", "s3cret"}});
+  EXPECT_EQ(LaunchEnv::from_environment().rdzv_token, "s3cret");
+  unsetenv("LOCKSTEP_RDZV_TOKEN");
+  char path[] = "/tmp/lockstep-token-XXXXXX";
+  const int fd = mkstemp(path);  // created 0600
+  ASSERT_GE(fd, 0);
+  close(fd);
+  std::ofstream(path) << "from file\nsecond line ignored\n";
+  set({{"LOCKSTEP_RDZV_TOKEN_FILE", path}});
+  EXPECT_EQ(LaunchEnv::from_environment().rdzv_token, "from file");
+  set({{"LOCKSTEP_RDZV_TOKEN", "s3cret"}});  // both: ambiguous
+  EXPECT_THROW(LaunchEnv::from_environment(), ConfigError);
+  unsetenv("LOCKSTEP_RDZV_TOKEN");
+  chmod(path, 0644);  // readable by others: protects nothing
+  try {
+    LaunchEnv::from_environment();
+    ADD_FAILURE() << "expected ConfigError for a 0644 token file";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("chmod 600"), std::string::npos) << e.what();
+  }
+  unlink(path);
+  EXPECT_THROW(LaunchEnv::from_environment(), ConfigError);  // missing file
 }
 
 }  // namespace

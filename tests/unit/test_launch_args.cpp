@@ -137,6 +137,20 @@ TEST(LaunchArgs, FreePortOnlyOnOneNode) {
   EXPECT_NE(err.find("--nnodes"), std::string::npos) << err;
 }
 
+TEST(LaunchArgs, RdzvIdAndWhetherThePortWasGiven) {
+  EXPECT_FALSE(parse_args({"p"}).master_port_given);  // the default may fall back to a free one
+  EXPECT_TRUE(parse_args({"--master-port", "29500", "p"}).master_port_given);
+  EXPECT_TRUE(parse_args({"p"}).rdzv_id.empty());
+  EXPECT_EQ(parse_args({"--rdzv-id", "exp_1.run-2", "p"}).rdzv_id, "exp_1.run-2");
+  EXPECT_EQ(parse_args({"--rdzv_id=abc", "p"}).rdzv_id, "abc");
+  // It names shm segments and files: no '/', spaces or empty ids.
+  for (const char* bad : {"a/b", "a b", ""}) {
+    std::string err = usage_error({std::string("--rdzv-id=") + bad, "p"});
+    EXPECT_NE(err.find("--rdzv-id"), std::string::npos) << bad << ": " << err;
+  }
+  EXPECT_NE(usage_error({"--rdzv-id", std::string(65, 'a'), "p"}), "");
+}
+
 TEST(LaunchEnv, TorchrunContract) {
   LaunchOptions o = parse_args({"--nproc-per-node", "4", "--nnodes", "3", "--node-rank", "2",
                                 "--master-addr", "host0", "--max-restarts", "2", "p"});
@@ -193,6 +207,7 @@ TEST(LaunchEnv, EnvpAndJobId) {
   std::string id = make_job_id();
   EXPECT_NE(id.find('-'), std::string::npos);
   EXPECT_EQ(id.find('/'), std::string::npos);  // usable inside a shm_open name
+  EXPECT_NE(make_job_id(), id);                // random part: two launches never share one
   EXPECT_FALSE(current_environment().empty());
 }
 
