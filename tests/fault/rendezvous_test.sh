@@ -10,7 +10,9 @@
 # usage: rendezvous_test.sh FAULT_PROGRAM LOCKSTEP_RUN BACKEND      (about 20 s)
 set -u
 prog=$1; run=$2; backend=$3
-export LOCKSTEP_BACKEND=$backend LOCKSTEP_TIMEOUT_S=3
+# Generous: the hand-made rank 0 waits for several rank-1 processes to start one after
+# another (each about 1 s, more on a loaded machine); no case waits the timeout out.
+export LOCKSTEP_BACKEND=$backend LOCKSTEP_TIMEOUT_S=20
 unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE LOCKSTEP_JOB_ID \
   LOCKSTEP_RDZV_TOKEN LOCKSTEP_RDZV_TOKEN_FILE
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
@@ -142,7 +144,11 @@ if [ "$backend" = gloo ]; then
   done
 fi
 
-# 6. The default port (29500) taken: a free one is used and printed.
+# 6. The default port (29500) taken: a free one is used and printed. Serialised with the
+# other backend's run (ctest -j): two launches probing 29500 at the same instant can both
+# find it free, and one then fails "port in use" (documented in docs/launcher.md).
+exec 9>"${TMPDIR:-/tmp}/lockstep-rendezvous-test-29500.lock"
+flock -w 60 9
 python3 -c 'import socket,time
 s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 try:
@@ -154,6 +160,7 @@ sleep 0.5
 "$run" --nproc-per-node 2 "$prog" join >"$tmp/free" 2>&1
 rfree=$?
 kill $holder 2>/dev/null
+flock -u 9
 if [ $rfree = 0 ] && has "$tmp/free" "port 29500 is in use; rendezvous on free port"; then
   pass "6. $(grep -o 'port 29500 is in use.*' "$tmp/free")"
 else

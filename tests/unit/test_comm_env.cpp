@@ -2,10 +2,12 @@
 // what lockstep-run writes (rank_env) reads back as the same place in the job.
 #include <lockstep/comm/init.h>
 #include <lockstep/env_contract.h>
+#include <lockstep/launch/launcher.h>
 #include <lockstep/launch/options.h>
 #include <lockstep/launch/rank_env.h>
 
 #include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -270,6 +273,40 @@ TEST_F(EnvTest, RdzvTokenFromTheEnvironmentOrAPrivateFile) {
   }
   unlink(path);
   EXPECT_THROW(LaunchEnv::from_environment(), ConfigError);  // missing file
+}
+
+// With a token, a join entry written by a process that does not know it (here a raw store
+// client forging rank 1's entry) stops the job at rank 0 instead of joining it.
+TEST(RdzvProof, ForgedJoinEntryIsRejected) {
+  LaunchEnv e;
+  e.world_size = e.local_world_size = 2;
+  e.master_port = lockstep::launch::pick_free_port();
+  e.job_id = "job-t";
+  e.rdzv_token = "the token";
+  lockstep::comm::InitOptions o;
+  o.env = e;
+  o.backend = "gloo";
+  o.timeout = std::chrono::milliseconds(3000);
+  std::string error;
+  std::thread rank0([&] {
+    try {
+      lockstep::init(o);
+    } catch (const lockstep::CommError& ex) {
+      error = ex.what();
+    }
+  });
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(e.master_port);
+  so.waitWorkers = false;
+  so.timeout = std::chrono::milliseconds(3000);
+  c10d::TCPStore forger("127.0.0.1", so);
+  const std::string v = "evilhost\n" + std::string(64, '0');
+  // The key prefix counts the groups this process made before: cover the first 64.
+  for (int g = 0; g < 64; ++g)
+    forger.set("lockstep/" + std::to_string(g) + "/join/1",
+               std::vector<uint8_t>(v.begin(), v.end()));
+  rank0.join();
+  EXPECT_NE(error.find("join entry of rank 1 carries no valid proof"), std::string::npos) << error;
 }
 
 }  // namespace
