@@ -5,7 +5,8 @@
 #  2. a rank of another job reaching the store is refused, naming both job ids;
 #  3. a single-node store listens on loopback only (ss shows it bound to "lo");
 #  4. a token: ranks without it, or with another one, are refused; a token file must be 0600;
-#  5. multi-node launches agree on a job id without --rdzv-id, and differing --rdzv-id refuse;
+#  5. multi-node launches (with a token) agree on a job id without --rdzv-id, and differing
+#     --rdzv-id refuse;
 #  6. the default port taken: lockstep-run picks a free one and prints it.
 # usage: rendezvous_test.sh FAULT_PROGRAM LOCKSTEP_RUN BACKEND      (about 20 s)
 set -u
@@ -128,14 +129,16 @@ if [ "$backend" = gloo ]; then
     p=$(port)
     id0=(); id1=()
     [ $ids = differ ] && id0=(--rdzv-id one) && id1=(--rdzv-id two)
-    "$run" --nnodes 2 --node-rank 0 --master-port "$p" "${id0[@]}" "$prog" join >"$tmp/n0" 2>&1 &
+    LOCKSTEP_RDZV_TOKEN=t5 "$run" --nnodes 2 --node-rank 0 --master-port "$p" "${id0[@]}" \
+      "$prog" join >"$tmp/n0" 2>&1 &
     n0=$!
-    "$run" --nnodes 2 --node-rank 1 --master-port "$p" "${id1[@]}" "$prog" join >"$tmp/n1" 2>&1
+    LOCKSTEP_RDZV_TOKEN=t5 "$run" --nnodes 2 --node-rank 1 --master-port "$p" "${id1[@]}" \
+      "$prog" join >"$tmp/n1" 2>&1
     r1=$?
     [ $ids = differ ] && kill $n0 2>/dev/null  # its rank 0 waits for a rank that never comes
     wait $n0; r0=$?
     if [ $ids = same ] && [ $r0 = 0 ] && [ $r1 = 0 ]; then
-      pass "5. two nodes without --rdzv-id agree on the job id and join"
+      pass "5. two nodes without --rdzv-id agree on the job id and join (with a token)"
     elif [ $ids = differ ] && [ $r1 != 0 ] && has "$tmp/n1" "job 'one', this rank to job 'two'"; then
       pass "5. a node with another --rdzv-id is refused, naming both"
     else
