@@ -11,9 +11,10 @@ export CCACHE_BASEDIR := $(CURDIR)
 
 # What the sanitizer runs build and run: the unit tests of the library's lower layers and
 # the multi-process comm, compression, DDP and FSDP tests on shm and gloo (docs/development.md).
-SAN_TARGETS := unit_launch unit_comm unit_data unit_ddp unit_compress lockstep-run \
-               collectives_check ddp_equivalence compress_check fsdp_equivalence
-SAN_TESTS   := ^(unit_(launch|comm|data|ddp|compress)\.|(collectives|compress|ddp_equivalence|fsdp_equivalence|mismatch_detected)_(shm|gloo)_)
+SAN_TARGETS := unit_launch unit_comm unit_data unit_ddp unit_compress unit_numerics lockstep-run \
+               collectives_check ddp_equivalence compress_check fsdp_equivalence grad_scaler_check \
+               checkpoint_check
+SAN_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics)\.|(collectives|compress|ddp_equivalence|fsdp_equivalence|mismatch_detected|grad_scaler|checkpoint)_(shm|gloo)_)
 SAN_FLAGS   := -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOCKSTEP_BUILD_BENCH=OFF -DLOCKSTEP_WITH_MPI=OFF
 export ASAN_OPTIONS  ?= detect_leaks=0:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
