@@ -151,8 +151,15 @@ void AnyPrecisionAdamWParamState::serialize(torch::serialize::InputArchive& ar) 
 
 AnyPrecisionAdamW::AnyPrecisionAdamW(std::vector<torch::optim::OptimizerParamGroup> param_groups,
                                      AnyPrecisionAdamWOptions defaults)
-    : Optimizer(std::move(param_groups),
-                std::make_unique<AnyPrecisionAdamWOptions>(std::move(defaults))) {
+    : Optimizer(param_groups, std::make_unique<AnyPrecisionAdamWOptions>(std::move(defaults))) {
+  // libtorch 2.x's add_param_group merges a group's own options with the defaults only for
+  // torch's optimizer types and keeps the bare defaults for any other: a custom optimizer's
+  // per-group lr, betas, weight decay... would be lost. Put the groups' own options back
+  // (a no-op with 1.13, which keeps them). Groups added later through add_param_group get
+  // the same treatment from libtorch: pass every group to the constructor.
+  for (size_t i = 0; i < param_groups.size(); ++i)
+    if (param_groups[i].has_options())
+      param_groups_[i].set_options(param_groups[i].options().clone());
   for (auto& group : param_groups_)
     static_cast<const AnyPrecisionAdamWOptions&>(group.options()).validate();
 }
