@@ -14,6 +14,18 @@
 if(NOT DEFINED TORCH_INSTALL_PREFIX)
   return()
 endif()
+# Caffe2 (libtorch's targets) must come from the same libtorch as Torch: TorchConfig finds
+# it on CMAKE_PREFIX_PATH and the system paths before its own directory, so -DTorch_DIR=<a
+# wheel> alone, next to Debian's libtorch, mixes the two.
+if(Caffe2_DIR)
+  get_filename_component(_lockstep_caffe2 "${Caffe2_DIR}/../../.." REALPATH)
+  get_filename_component(_lockstep_torch "${TORCH_INSTALL_PREFIX}" REALPATH)
+  if(NOT _lockstep_caffe2 STREQUAL _lockstep_torch AND EXISTS "${TORCH_INSTALL_PREFIX}/share/cmake/Caffe2")
+    message(FATAL_ERROR "libtorch: Torch_DIR is ${Torch_DIR} but Caffe2 came from ${Caffe2_DIR}: "
+            "configure with -DCMAKE_PREFIX_PATH=<torch.utils.cmake_prefix_path> (or set Caffe2_DIR "
+            "to ${TORCH_INSTALL_PREFIX}/share/cmake/Caffe2 as well)")
+  endif()
+endif()
 set(_lockstep_torch_lib "${TORCH_INSTALL_PREFIX}/lib")
 if(c10_LIBRARY AND EXISTS "${_lockstep_torch_lib}/libc10.so")
   get_filename_component(_lockstep_c10_dir "${c10_LIBRARY}" DIRECTORY)
