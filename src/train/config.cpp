@@ -2,8 +2,8 @@
 // key of the trainer's sections and of the workload's.
 #include <lockstep/train/config.h>
 
-#include <lockstep/parallel/fsdp/options.h>
 #include <lockstep/numerics/autocast.h>
+#include <lockstep/parallel/fsdp/options.h>
 #include <lockstep/train/config_schema.h>
 
 #include <toml++/toml.h>
@@ -175,13 +175,13 @@ void validate_precision_keys(const TrainConfig& c, const toml::table& root) {
     try {
       amp::Autocast probe(a);  // the runtime's own rule: this libtorch, this device
     } catch (const InvalidArgument& e) {
-      throw ConfigError(at("precision", "autocast") + "key 'precision.autocast' = '" +
-                        p.autocast + "': " + e.what() + "; use \"bfloat16\" or \"none\"");
+      throw ConfigError(at("precision", "autocast") + "key 'precision.autocast' = '" + p.autocast +
+                        "': " + e.what() + "; use \"bfloat16\" or \"none\"");
     }
   }
   if (c.optim.name != "anyprecision_adamw")
-    for (const char* k : {"kahan_summation", "momentum_dtype", "variance_dtype",
-                          "compensation_dtype"})
+    for (const char* k :
+         {"kahan_summation", "momentum_dtype", "variance_dtype", "compensation_dtype"})
       if (root["optim"][k].node() != nullptr)
         throw ConfigError(at("optim", k) + "key 'optim." + k +
                           "' is an option of optim.name = \"anyprecision_adamw\", not of \"" +
