@@ -1,7 +1,7 @@
 // lockstep-bench: benchmarks that measure lockstep beside its peers in the same run.
 //
-//   lockstep-bench collectives|compression|ddp|fsdp|train|optimizer|memory [OPTIONS]   (--help on
-//   each)
+//   lockstep-bench collectives|compression|ddp|fsdp|train|optimizer|memory [OPTIONS]
+//   (--help on each)
 //
 // Exit status: 0 ok, 1 a benchmark failed, 2 a usage error (unknown flag, bad value).
 #include "commands.h"
