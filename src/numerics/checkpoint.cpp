@@ -94,12 +94,6 @@ struct State : torch::CustomClassHolder {
   amp::AutocastState autocast;
 };
 
-std::string shape_of(const at::Tensor& t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "] " + std::string(c10::toString(t.scalar_type()));
-}
-
 // Every leaf the recomputed graph reaches must be an input or a declared parameter: the
 // gradient of any other leaf has no edge out of the checkpoint and would be lost.
 void check_leaves_declared(const variable_list& outputs, const variable_list& inputs,
@@ -121,7 +115,8 @@ void check_leaves_declared(const variable_list& outputs, const variable_list& in
       const auto& v = acc->variable;
       if (v.requires_grad() && declared.count(v.unsafeGetTensorImpl()) == 0)
         throw InvalidArgument(detail::concat(
-            "lockstep::checkpoint: the checkpointed function uses a tensor of shape ", shape_of(v),
+            "lockstep::checkpoint: the checkpointed function uses a tensor of shape ", v.sizes(),
+            " ", v.scalar_type(),
             " that requires grad but is neither an input nor in `params`; its gradient "
             "would be lost: pass it in `params` (for a module: all of module->parameters())"));
       continue;

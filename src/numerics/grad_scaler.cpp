@@ -29,10 +29,7 @@ void GradScaler::unscale(torch::optim::Optimizer& optimizer) {
   if (!options_.enabled) return;
   LOCKSTEP_CHECK(stage_ == Stage::Ready,
                  "GradScaler::unscale: already called for this step; call update() after step()");
-  std::vector<at::Tensor> grads;
-  for (auto& group : optimizer.param_groups())
-    for (auto& p : group.params())
-      if (p.grad().defined()) grads.push_back(p.grad());
+  const auto grads = gradients_of(optimizer);
   // The reciprocal in float32, as PyTorch computes it: unscaled gradients are then the
   // same numbers as PyTorch's for power-of-two scales and close otherwise.
   const double inv = static_cast<double>(1.0f / static_cast<float>(scale_));

@@ -76,6 +76,14 @@ bool unscale_and_check(const std::vector<at::Tensor>& tensors, double inv_scale)
   return found;
 }
 
+std::vector<at::Tensor> gradients_of(const torch::optim::Optimizer& optimizer) {
+  std::vector<at::Tensor> grads;
+  for (const auto& group : optimizer.param_groups())
+    for (const auto& p : group.params())
+      if (p.grad().defined()) grads.push_back(p.grad());
+  return grads;
+}
+
 bool has_non_finite(const std::vector<at::Tensor>& tensors) {
   return unscale_and_check(tensors, 1.0);
 }

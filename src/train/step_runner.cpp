@@ -81,14 +81,6 @@ void StepRunner::clip_gradients() {
     torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.optim.grad_clip);
 }
 
-std::vector<torch::Tensor> StepRunner::local_grads() {
-  std::vector<torch::Tensor> grads;
-  for (auto& group : optimizer_->param_groups())
-    for (auto& p : group.params())
-      if (p.grad().defined()) grads.push_back(p.grad());
-  return grads;
-}
-
 namespace {
 
 // LOCKSTEP_FAULT_NONFINITE = "STEP:RANK" (tests): true on that rank at that step.
@@ -123,7 +115,8 @@ bool StepRunner::finite_or_skip(double loss_sum, int64_t step_number) {
           "): the loss diverged, not an fp16 overflow; lower optim.lr"));
     return false;
   }
-  const int flag = (std::isfinite(loss_sum) ? 0 : 2) | (amp::has_non_finite(local_grads()) ? 1 : 0);
+  const int flag = (std::isfinite(loss_sum) ? 0 : 2) |
+                   (amp::has_non_finite(amp::gradients_of(*optimizer_)) ? 1 : 0);
   const auto flags = amp::flags_of_ranks(group_.get(), flag);
   const auto bad = amp::ranks_with_flag(flags);
   if (bad.empty()) return true;
@@ -165,7 +158,7 @@ double StepRunner::step(BatchStream& batches, double lr, int64_t accum, int64_t 
   }
   if (fault_due(step_number, group_ ? group_->rank() : 0)) {
     loss_sum = std::nan("");
-    for (auto& g : local_grads())
+    for (auto& g : amp::gradients_of(*optimizer_))
       if (g.numel() > 0) {
         g.fill_(std::nan(""));
         break;

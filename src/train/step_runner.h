@@ -77,7 +77,6 @@ class StepRunner {
   void clip_gradients();
   void prepare_precision();
   bool finite_or_skip(double loss_sum, int64_t step_number);
-  std::vector<torch::Tensor> local_grads();
 
   const TrainConfig& cfg_;
   Workload& workload_;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <torch/optim/optimizer.h>
 
 #include <vector>
 
@@ -11,6 +12,9 @@ class ProcessGroup;
 }
 
 namespace lockstep::amp {
+
+// The defined gradients of `optimizer`'s parameters, group by group (under FSDP: the shards').
+std::vector<at::Tensor> gradients_of(const torch::optim::Optimizer& optimizer);
 
 // Multiplies every tensor by `inv_scale` in place and returns whether any element was
 // inf or NaN before the multiplication (one pass over the data; floating dtypes; the
