@@ -9,7 +9,7 @@ RUN=$1 TRAIN=$2 SCORE=$3 SRC=$4
 CFG=$SRC/configs/ctsm-tiny.toml
 W=$(mktemp -d /tmp/lockstep-train-cli.XXXXXX)
 trap 'rm -rf "$W"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$W"
 # expect RC PATTERN ARGS...: lockstep-train ARGS exits RC and its output matches PATTERN.
 expect() {

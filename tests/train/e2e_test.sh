@@ -8,7 +8,7 @@ RUN=$1 TRAIN=$2 SCORE=$3 SRC=$4
 CFG=$SRC/configs/ctsm-tiny.toml
 W=$(mktemp -d /tmp/lockstep-train-e2e.XXXXXX)
 trap 'rm -rf "$W"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$W"
 
 echo "== train 2 ranks"

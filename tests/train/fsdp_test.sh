@@ -14,26 +14,11 @@ RUN=$1 TRAIN=$2 SCORE=$3 SRC=$4
 CFG=$SRC/configs/ctsm-fsdp.toml
 W=$(mktemp -d /tmp/lockstep-train-fsdp.XXXXXX)
 trap 'rm -rf "$W"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$W"
 common=(--set data.dir="$W/data" --set checkpoint.every_steps=10 --set model.dropout=0.1 --set log.plot=false)
 two() { "$RUN" --nproc-per-node 2 --master-port 0 "$TRAIN" "$CFG" "$@"; }
 one() { "$TRAIN" "$CFG" "$@"; }
-# "KEY VALUE" of summary.json's top level (or metrics.KEY).
-summary() { python3 -c "import json,sys;d=json.load(open(sys.argv[1]));print(d['metrics'][sys.argv[2][8:]] if sys.argv[2].startswith('metrics.') else d[sys.argv[2]])" "$1" "$2"; }
-# Every loss in the CSVs of run dir $1 is finite; prints the number of rows of rank 0.
-finite_losses() {
-  python3 - "$1" <<'PY'
-import csv, glob, math, sys
-files = sorted(glob.glob(sys.argv[1] + "/metrics/loss-rank-*.csv"))
-assert files, "no loss CSV in " + sys.argv[1]
-for f in files:
-    rows = list(csv.DictReader(open(f)))
-    bad = [r for r in rows if not math.isfinite(float(r["loss"]))]
-    assert rows and not bad, "%s: %d rows, non-finite: %s" % (f, len(rows), bad[:3])
-print(len(list(csv.DictReader(open(files[0])))))
-PY
-}
 
 echo "== (a) train on 2 ranks"
 SECONDS=0

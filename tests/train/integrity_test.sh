@@ -12,7 +12,7 @@ set -uo pipefail
 RUN=$1 TRAIN=$2 SCORE=$3 SRC=$4
 W=$(mktemp -d /tmp/lockstep-train-integrity.XXXXXX)
 trap 'rm -rf "$W"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$W"
 common=(--set data.dir="$W/data" --set checkpoint.every_steps=10 --set checkpoint.keep=3
         --set log.plot=false --set log.tensorboard=false)

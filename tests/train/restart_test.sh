@@ -9,7 +9,7 @@ RUN=$1 TRAIN=$2 SCORE=$3 SRC=$4
 CFG=$SRC/configs/ctsm-tiny.toml
 W=$(mktemp -d /tmp/lockstep-train-restart.XXXXXX)
 trap 'rm -rf "$W"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$W"
 common=(--set data.dir="$W/data" --set checkpoint.every_steps=7 --set model.dropout=0.1
         --set log.plot=false --set log.tensorboard=false)

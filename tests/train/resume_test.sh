@@ -9,7 +9,7 @@ RUN=$1 TRAIN=$2 SCORE=$3 SRC=$4
 CFG=$SRC/configs/ctsm-tiny.toml
 W=$(mktemp -d /tmp/lockstep-train-resume.XXXXXX)
 trap 'rm -rf "$W"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$W"
 common=(--set data.dir="$W/data" --set checkpoint.every_steps=10 --set model.dropout=0.1 --set log.plot=false)
 
@@ -37,7 +37,6 @@ for k in ("param_crc32", "final_loss"):
 for k in ("auc", "recall_at_k", "logloss"):
     print(k, a["metrics"][k], b["metrics"][k]); assert a["metrics"][k] == b["metrics"][k], k
 PY
-summary() { python3 -c "import json,sys;print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
 echo "== the 2-rank DDP checkpoint on 1 rank"
 zero=(--set optim.lr=0 --set eval.threshold=0 --resume)
 "$RUN" --nproc-per-node 2 --master-port 0 "$TRAIN" "$CFG" --set run.out_dir="$W/zero2" "${common[@]}" "${zero[@]}" \
