@@ -45,8 +45,13 @@ inline constexpr const char* kCheckCollectives = "LOCKSTEP_CHECK_COLLECTIVES";  
 // loss and first gradient NaN at optimizer step STEP (1-based).
 inline constexpr const char* kFaultNonFinite = "LOCKSTEP_FAULT_NONFINITE";
 // Errors that wrap libtorch's (e.g. an unloadable checkpoint file) print its full stack
-// trace only when this is set to anything but "" or "0".
+// trace only when this is set to anything but "" or "0". The value DETAIL also compares
+// every collective's fingerprint across ranks on every backend (docs/debugging.md).
 inline constexpr const char* kDebug = "LOCKSTEP_DEBUG";
+inline constexpr const char* kDebugDetail = "DETAIL";  // kDebug's value (any case)
+// Seconds an op may wait before rank 0 reports the ranks that have not entered it, and
+// what each last entered (0: never; default 60). docs/debugging.md.
+inline constexpr const char* kStallWarnSeconds = "LOCKSTEP_STALL_WARN_S";
 
 // --- other launchers, read (never written) by LaunchEnv::from_environment ---------------
 // OpenMPI's mpirun.
