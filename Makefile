@@ -25,10 +25,14 @@ export TSAN_OPTIONS  ?= halt_on_error=1:second_deadlock_stack=1:suppressions=$(C
 # Builds and runs the unit, comm, DDP and FSDP tests, the install + consumer tests and
 # TensorBoard's own reader over the trainer's events (docs/install.md, docs/development.md).
 TORCH2_PY      := $(CURDIR)/.venv-bench/bin/python
+# With the CUDA parts (LOCKSTEP_CUDA=ON: nvcc needed; NCCL comes with the wheel): the codec
+# kernels and the NCCL backend compile and link, and their tests run (they skip without a
+# GPU; docs/gpu.md).
 TORCH2_TARGETS := unit_launch unit_comm unit_data unit_ddp unit_compress unit_numerics \
+                  unit_cuda unit_cuda_stream \
                   lockstep-run collectives_check ddp_equivalence fsdp_equivalence \
                   lockstep_models lockstep_train lockstep-train
-TORCH2_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics)\.|(collectives|ddp_equivalence|fsdp_equivalence)_(shm|gloo)_np2|mismatch_detected_(shm|gloo)|packaging_(install|consumer_cmake)|tensorboard_reader)
+TORCH2_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics|cuda|cuda_stream)\.|(collectives|ddp_equivalence|fsdp_equivalence)_(shm|gloo)_np2|mismatch_detected_(shm|gloo)|packaging_(install|consumer_cmake)|tensorboard_reader)
 
 .PHONY: all deps deps-bench deps-torch2 configure build test test-asan test-tsan test-nompi \
         test-torch2 package lint format demo demo-fashion-mnist bench clean
@@ -76,7 +80,7 @@ test-nompi: deps
 
 test-torch2: deps deps-torch2
 	cmake -S . -B build-torch2 -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_BUILD_BENCH=OFF \
-	  -DLOCKSTEP_WERROR=$(WERROR) -DLOCKSTEP_TEST_PYTHON=$(TORCH2_PY) \
+	  -DLOCKSTEP_WERROR=$(WERROR) -DLOCKSTEP_TEST_PYTHON=$(TORCH2_PY) -DLOCKSTEP_CUDA=ON \
 	  -DCMAKE_PREFIX_PATH="$$($(TORCH2_PY) -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 	cmake --build build-torch2 -j$(JOBS) --target $(TORCH2_TARGETS)
 	cd build-torch2 && ctest --output-on-failure --timeout 600 -R '$(TORCH2_TESTS)' \

@@ -16,6 +16,16 @@
 
 #include <cstdint>
 
+// The CUDA codec (src/compress/cuda/) calls these same functions in its kernels, so both
+// codecs draw identical numbers: __host__ __device__ under nvcc, nothing otherwise.
+#ifndef LOCKSTEP_HOST_DEVICE
+#ifdef __CUDACC__
+#define LOCKSTEP_HOST_DEVICE __host__ __device__
+#else
+#define LOCKSTEP_HOST_DEVICE
+#endif
+#endif
+
 namespace lockstep::compress {
 
 // Everything that selects one random stream. Two encodings with equal keys and bucket
@@ -29,7 +39,7 @@ struct StreamKey {
 
 namespace rng {
 
-inline uint64_t splitmix64(uint64_t x) {
+LOCKSTEP_HOST_DEVICE inline uint64_t splitmix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
@@ -38,7 +48,7 @@ inline uint64_t splitmix64(uint64_t x) {
 
 // The 64-bit key of one bucket: chains every field through splitmix64 so that nearby
 // (step, rank, bucket) triples give unrelated keys.
-inline uint64_t bucket_key(const StreamKey& k, uint64_t bucket) {
+LOCKSTEP_HOST_DEVICE inline uint64_t bucket_key(const StreamKey& k, uint64_t bucket) {
   uint64_t h = splitmix64(k.seed);
   h = splitmix64(h ^ k.step);
   h = splitmix64(h ^ ((uint64_t(k.rank) << 32) | k.phase));
@@ -47,7 +57,7 @@ inline uint64_t bucket_key(const StreamKey& k, uint64_t bucket) {
 
 // Uniform in [0, 1) for element `lane` of the bucket with key `key`. Inline and branch
 // free so that a loop over lanes vectorizes.
-inline float uniform(uint64_t key, uint32_t lane) {
+LOCKSTEP_HOST_DEVICE inline float uniform(uint64_t key, uint32_t lane) {
   uint32_t h = (lane + uint32_t(key >> 32)) * 0x9E3779B9u ^ uint32_t(key);
   h ^= h >> 16;
   h *= 0x85EBCA6Bu;

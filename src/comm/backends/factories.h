@@ -24,5 +24,10 @@ std::unique_ptr<Backend> make_gloo_backend(const StorePtr& store, const std::str
 // Throws ConfigError when lockstep was built without MPI.
 std::unique_ptr<Backend> make_mpi_backend(const LaunchEnv& env, Millis timeout);
 bool mpi_available();
+// NCCL over the GPU of this rank's local_rank (docs/gpu.md); the unique id travels through
+// `store`. Throws ConfigError when lockstep was built without CUDA.
+std::unique_ptr<Backend> make_nccl_backend(const StorePtr& store, const std::string& prefix,
+                                           const LaunchEnv& env, Millis timeout);
+bool nccl_available();
 
 }  // namespace lockstep::comm
