@@ -425,10 +425,10 @@ std::string resolve_backend(const std::string& requested, const LaunchEnv& env_)
   std::string b = requested;
   if (b == "auto")
     if (const char* e = env(lockstep::env::kBackend)) b = e;
-  if (b != "auto" && b != "shm" && b != "gloo" && b != "mpi")
+  if (b != "auto" && b != "shm" && b != "gloo" && b != "mpi" && b != "nccl")
     throw ConfigError(detail::concat("unknown backend '", b, "' (from ", lockstep::env::kBackend,
                                      " or InitOptions::backend); "
-                                     "choose auto, shm, gloo or mpi"));
+                                     "choose auto, shm, gloo, mpi or nccl"));
   if (b != "auto") return b;
   if (env_.launcher == "mpirun" && mpi_available()) return "mpi";
   return env_.single_node() ? "shm" : "gloo";
@@ -506,6 +506,8 @@ std::shared_ptr<ProcessGroup> init_split(int color, const InitOptions& options) 
     const auto space = all[r].find(' ');
     if (std::stoi(all[r].substr(0, space)) != color) continue;
     const std::string host = all[r].substr(space + 1);
+  } else if (backend == "nccl") {  // docs/gpu.md; ConfigError in a build without CUDA
+    b = make_nccl_backend(store, prefix, e, pgo.timeout);
     if (r == e.rank) sub.rank = sub.world_size;
     if (host == me) {
       if (r == e.rank) sub.local_rank = sub.local_world_size;
