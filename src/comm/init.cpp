@@ -464,6 +464,8 @@ std::shared_ptr<ProcessGroup> make_group(const std::string& backend, const Store
             detail::concat("backend shm needs every rank on one node, but rank 0 is on ", hosts[0],
                            " and rank ", r, " on ", hosts[r], "; use gloo or mpi across nodes"));
     b = make_shm_backend(store, prefix, e, pgo.timeout);
+  } else if (backend == "nccl") {  // docs/gpu.md; ConfigError in a build without CUDA
+    b = make_nccl_backend(store, prefix, e, pgo.timeout);
   } else {
     b = make_gloo_backend(store, prefix, e, pgo.timeout);
   }
@@ -506,8 +508,6 @@ std::shared_ptr<ProcessGroup> init_split(int color, const InitOptions& options) 
     const auto space = all[r].find(' ');
     if (std::stoi(all[r].substr(0, space)) != color) continue;
     const std::string host = all[r].substr(space + 1);
-  } else if (backend == "nccl") {  // docs/gpu.md; ConfigError in a build without CUDA
-    b = make_nccl_backend(store, prefix, e, pgo.timeout);
     if (r == e.rank) sub.rank = sub.world_size;
     if (host == me) {
       if (r == e.rank) sub.local_rank = sub.local_world_size;
