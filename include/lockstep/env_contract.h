@@ -36,6 +36,10 @@ inline constexpr const char* kRdzvToken = "LOCKSTEP_RDZV_TOKEN";
 inline constexpr const char* kRdzvTokenFile = "LOCKSTEP_RDZV_TOKEN_FILE";
 inline constexpr const char* kRestartCount = "LOCKSTEP_RESTART_COUNT";  // 0, 1, 2, ...
 inline constexpr const char* kMaxRestarts = "LOCKSTEP_MAX_RESTARTS";    // --max-restarts
+// Where a failing rank writes its exception's message (lockstep/launch/error_file.h); the
+// same path also under torchelastic's name, which torch's @record writes (JSON).
+inline constexpr const char* kErrorFile = "LOCKSTEP_ERROR_FILE";
+inline constexpr const char* kTorchelasticErrorFile = "TORCHELASTIC_ERROR_FILE";
 
 // --- settings of init() that a user (or a test) may set ---------------------------------
 inline constexpr const char* kBackend = "LOCKSTEP_BACKEND";           // auto | shm | gloo | mpi
@@ -44,6 +48,9 @@ inline constexpr const char* kCheckCollectives = "LOCKSTEP_CHECK_COLLECTIVES";  
 // Fault injection for tests of the trainer's non-finite guard: "STEP:RANK" makes rank RANK's
 // loss and first gradient NaN at optimizer step STEP (1-based).
 inline constexpr const char* kFaultNonFinite = "LOCKSTEP_FAULT_NONFINITE";
+// "0": gloo/mpi ignore which ranks share this machine (no pid watching), as if each ran on
+// its own node, so one host can test the cross-node failure detection (heartbeats).
+inline constexpr const char* kLivenessLocal = "LOCKSTEP_LIVENESS_LOCAL";
 // Errors that wrap libtorch's (e.g. an unloadable checkpoint file) print its full stack
 // trace only when this is set to anything but "" or "0". The value DETAIL also compares
 // every collective's fingerprint across ranks on every backend (docs/debugging.md).

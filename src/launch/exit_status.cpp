@@ -39,6 +39,16 @@ std::string signal_name(int sig) {
       return "SIGALRM";
     case SIGTERM:
       return "SIGTERM";
+    case SIGSTOP:
+      return "SIGSTOP";
+    case SIGTSTP:
+      return "SIGTSTP";
+    case SIGCONT:
+      return "SIGCONT";
+    case SIGTTIN:
+      return "SIGTTIN";
+    case SIGTTOU:
+      return "SIGTTOU";
     case SIGXCPU:
       return "SIGXCPU";
     case SIGXFSZ:

@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "lockstep/env_contract.h"
+#include "lockstep/launch/error_file.h"
 #include "lockstep/launch/exit_status.h"
 #include "spawn.h"
 
@@ -39,8 +41,13 @@ std::string seconds(double s) {
 }  // namespace
 
 Group::Group(const LaunchOptions& opt, const GroupContext& ctx, const EnvMap& base,
-             SignalPipe& signals, const std::vector<int>& log_fds)
-    : opt_(opt), ctx_(ctx), base_(base), signals_(signals), log_fds_(log_fds) {}
+             SignalPipe& signals, const std::vector<int>& log_fds, std::string error_dir)
+    : opt_(opt),
+      ctx_(ctx),
+      base_(base),
+      signals_(signals),
+      log_fds_(log_fds),
+      error_dir_(std::move(error_dir)) {}
 
 Group::~Group() {
   for (Rank& r : ranks_)
@@ -72,7 +79,14 @@ AttemptResult Group::run() {
 bool Group::spawn_all() {
   ranks_.reserve(std::size_t(opt_.nproc_per_node));
   for (int local = 0; local < opt_.nproc_per_node; ++local) {
-    std::vector<std::string> envp = to_envp(rank_env(opt_, local, ctx_, base_));
+    EnvMap vars = rank_env(opt_, local, ctx_, base_);
+    if (!error_dir_.empty()) {
+      const std::string path = error_file_path(error_dir_, opt_.global_rank(local));
+      unlink(path.c_str());  // a previous start's error must not be read as this start's
+      vars[env::kErrorFile] = path;
+      vars[env::kTorchelasticErrorFile] = path;
+    }
+    std::vector<std::string> envp = to_envp(vars);
     SpawnedRank sp;
     try {
       sp = spawn_rank(opt_.program, envp);
@@ -118,6 +132,7 @@ void Group::loop() {
       if (pfds[k].revents) read_stream(ranks_[owners[k - 1].first], owners[k - 1].second);
     handle_signals();
     reap();  // after reading, so a dying rank's last words print before the summary
+    if (noticing_ && !tearing_down_ && Clock::now() >= term_at_) begin_teardown();
     if (tearing_down_ && !killed_ && Clock::now() >= kill_at_) {
       signal_groups(SIGKILL);
       killed_ = true;
@@ -128,6 +143,11 @@ void Group::loop() {
 int Group::poll_timeout_ms() const {
   // The signal pipe wakes us for SIGCHLD; the timeout is a safety net and the grace clock.
   int ms = 250;
+  if (noticing_ && !tearing_down_) {
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(term_at_ - Clock::now()).count();
+    ms = int(std::max<long long>(0, std::min<long long>(ms, left)));
+  }
   if (tearing_down_ && !killed_) {
     auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(kill_at_ - Clock::now()).count();
@@ -185,16 +205,36 @@ void Group::reap() {
     Rank& r = ranks_[i];
     if (!r.running) continue;
     int st = 0;
-    pid_t p = waitpid(r.pid, &st, WNOHANG);
+    pid_t p = waitpid(r.pid, &st, WNOHANG | WUNTRACED | WCONTINUED);
     if (p == 0 || (p < 0 && errno == EINTR)) continue;
+    if (p > 0 && WIFSTOPPED(st)) {  // remembered: a stopped rank fails its peers, not itself
+      if (!r.stop_signal) r.stopped_at = Clock::now();
+      r.stop_signal = WSTOPSIG(st);
+      continue;
+    }
+    if (p > 0 && WIFCONTINUED(st)) {
+      r.stop_signal = 0;
+      continue;
+    }
     r.running = false;
     r.status = p < 0 ? (1 << 8) : st;  // ECHILD should not happen; count it as a failure
     r.end = Clock::now();
-    if (!succeeded(r.status) && !tearing_down_ && first_failed_ < 0) {
-      first_failed_ = int(i);
-      begin_teardown();
-    }
+    if (!succeeded(r.status) && !tearing_down_ && first_failed_ < 0) first_failure(i);
   }
+}
+
+// The first failure: the others get --notice-seconds to see it in their communication
+// and exit with their own error (naming the rank), then the group is torn down.
+void Group::first_failure(std::size_t i) {
+  first_failed_ = int(i);
+  bool others = false;
+  for (const Rank& r : ranks_) others = others || r.running;
+  if (!others || opt_.notice_seconds <= 0) {
+    begin_teardown();
+    return;
+  }
+  noticing_ = true;
+  term_at_ = Clock::now() + std::chrono::milliseconds(long(opt_.notice_seconds * 1000));
 }
 
 void Group::begin_teardown() {
@@ -204,6 +244,7 @@ void Group::begin_teardown() {
     if (r.running) r.stopped = Stop::Term;
   // Also the groups whose leader already exited: their own children may still run.
   signal_groups(SIGTERM);
+  signal_groups(SIGCONT);  // a stopped rank acts on SIGTERM only once it runs again
 }
 
 void Group::signal_groups(int sig) {
@@ -258,24 +299,51 @@ std::string Group::outcome_of(const Rank& r) const {
   return "still running after SIGTERM; stopped by lockstep-run with SIGKILL (" + how + ")";
 }
 
+std::string Group::error_of(const Rank& r) const {
+  return error_dir_.empty() ? std::string() : read_error_file(error_file_path(error_dir_, r.rank));
+}
+
 void Group::print_failure_summary() const {
   const Rank& f = ranks_[std::size_t(first_failed_)];
   double secs = std::chrono::duration<double>(f.end - f.start).count();
-  std::string msg = "lockstep-run: rank " + std::to_string(f.rank) + " (local rank " +
-                    std::to_string(f.local_rank) + ", pid " + std::to_string(f.pid) +
+  const std::string name = "rank " + std::to_string(f.rank);
+  std::string msg = "lockstep-run: " + name + " (local rank " + std::to_string(f.local_rank) +
+                    ", pid " + std::to_string(f.pid) +
                     ") failed first: " + describe_wait_status(f.status) + " after " +
                     seconds(secs) + "\n";
-  if (f.tail.lines().empty()) {
-    msg += "lockstep-run: rank " + std::to_string(f.rank) + " wrote nothing to stderr\n";
+  const std::string error = error_of(f);
+  if (!error.empty()) {
+    msg += "lockstep-run: error reported by " + name + ":\n";
+    std::size_t at = 0;
+    while (at <= error.size()) {
+      std::size_t nl = error.find('\n', at);
+      if (nl == std::string::npos) nl = error.size();
+      msg += "    " + error.substr(at, nl - at) + "\n";
+      at = nl + 1;
+    }
+  } else if (f.tail.lines().empty()) {
+    msg += "lockstep-run: " + name + " wrote nothing to stderr\n";
   } else {
-    msg += "lockstep-run: last stderr lines of rank " + std::to_string(f.rank) + ":\n";
+    msg += "lockstep-run: last stderr lines of " + name + ":\n";
     for (const std::string& l : f.tail.lines()) msg += "    " + l + "\n";
   }
+  // A rank stopped before the failure (SIGSTOP) did not exit, but its peers failed for it.
+  for (const Rank& r : ranks_)
+    if (r.stop_signal && r.stopped_at <= f.end)
+      msg += "lockstep-run: note: rank " + std::to_string(r.rank) + " was stopped by " +
+             signal_name(r.stop_signal) + " " +
+             seconds(std::chrono::duration<double>(f.end - r.stopped_at).count()) + " before " +
+             name + " failed: it did not exit, but its peers could not go on without it\n";
   if (ranks_.size() > 1) msg += "lockstep-run: other ranks:\n";
   for (const Rank& r : ranks_) {
     if (&r == &f) continue;
     msg += "    rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) +
            "): " + outcome_of(r) + "\n";
+    std::string e = error_of(r);
+    if (e.empty()) continue;
+    e = e.substr(0, e.find('\n'));
+    if (e.size() > 400) e = e.substr(0, 400) + " ...";
+    msg += "        error: " + e + "\n";
   }
   write_all(2, msg);
 }

@@ -27,8 +27,9 @@ class Group {
  public:
   using Clock = std::chrono::steady_clock;
 
+  // error_dir: where each rank's error file goes (error_file.h); empty: none.
   Group(const LaunchOptions& opt, const GroupContext& ctx, const EnvMap& base, SignalPipe& signals,
-        const std::vector<int>& log_fds);
+        const std::vector<int>& log_fds, std::string error_dir = {});
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -47,6 +48,8 @@ class Group {
     bool running = false;
     int status = 0;
     Stop stopped = Stop::None;
+    int stop_signal = 0;           // SIGSTOP/SIGTSTP/...: seen stopped (not by us)
+    Clock::time_point stopped_at;  // when first seen stopped
   };
 
   bool spawn_all();
@@ -58,6 +61,8 @@ class Group {
   void close_stream(Rank& r, int stream);
   void reap();
   void begin_teardown();
+  void first_failure(std::size_t i);
+  std::string error_of(const Rank& r) const;
   void signal_groups(int sig);
   void drain_output();
   bool any_running() const;
@@ -71,9 +76,12 @@ class Group {
   const EnvMap& base_;
   SignalPipe& signals_;
   const std::vector<int>& log_fds_;
+  const std::string error_dir_;
   std::vector<Rank> ranks_;
   bool tearing_down_ = false;
   bool killed_ = false;        // SIGKILL already sent to every group
+  bool noticing_ = false;      // a rank failed: the others get --notice-seconds to see it
+  Clock::time_point term_at_;  // when the notice period ends
   Clock::time_point kill_at_;  // when the grace period ends
   int first_failed_ = -1;      // index into ranks_
   int interrupted_by_ = 0;     // signal that asked the launcher to stop

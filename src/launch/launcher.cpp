@@ -2,6 +2,7 @@
 #include "lockstep/launch/launcher.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -10,6 +11,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "group.h"
@@ -80,6 +82,37 @@ struct FdCloser {
   ~FdCloser() {
     for (int fd : fds) close(fd);
   }
+};
+
+// The directory of the ranks' error files (error_file.h), removed with what is in it when
+// the launch ends. Inside --log-dir when there is one, so the files can be looked at.
+class ErrorDir {
+ public:
+  explicit ErrorDir(const LaunchOptions& opt) : keep_(!opt.log_dir.empty()) {
+    if (keep_) {
+      path_ = opt.log_dir;
+      return;
+    }
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/lockstep-run-XXXXXX";
+    if (mkdtemp(templ.data()) != nullptr) path_ = templ;  // else: no error files, no harm
+  }
+  ~ErrorDir() {
+    if (keep_ || path_.empty()) return;
+    if (DIR* d = opendir(path_.c_str())) {
+      while (dirent* e = readdir(d))
+        if (e->d_name[0] != '.') unlink((path_ + "/" + e->d_name).c_str());
+      closedir(d);
+    }
+    rmdir(path_.c_str());
+  }
+  ErrorDir(const ErrorDir&) = delete;
+  ErrorDir& operator=(const ErrorDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  bool keep_;
+  std::string path_;
 };
 
 }  // namespace
@@ -153,12 +186,13 @@ int run_launcher(const LaunchOptions& opt) {
   SignalPipe signals;
   GroupContext ctx;
   ctx.job_id = default_job_id(opt);
+  ErrorDir errors(opt);
   for (int attempt = 0;; ++attempt) {
     ctx.restart_count = attempt;
     // A fresh free port each start: the previous group's port may linger in TIME_WAIT.
     ctx.master_port = resolve_port(opt);
     if (attempt > 0) mark_restart_in_logs(logs, attempt);
-    Group group(opt, ctx, base, signals, logs);
+    Group group(opt, ctx, base, signals, logs, errors.path());
     AttemptResult res = group.run();
     if (res.outcome == AttemptResult::Outcome::Success) {
       if (attempt > 0)

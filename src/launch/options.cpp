@@ -96,6 +96,8 @@ const std::vector<ValueFlag>& value_flags() {
        }},
       {"--grace-seconds", [](LaunchOptions& o, const std::string& f,
                              const std::string& v) { o.grace_seconds = parse_seconds(f, v); }},
+      {"--notice-seconds", [](LaunchOptions& o, const std::string& f,
+                              const std::string& v) { o.notice_seconds = parse_seconds(f, v); }},
   };
   return flags;
 }
@@ -216,6 +218,8 @@ options (before PROGRAM; "--" also ends them; --flag value or --flag=value):
                        node, derived from --master-addr:--master-port on several)
   --log-dir DIR        also write each rank's stdout+stderr to DIR/rank_N.log
   --max-restarts K     restart the whole group up to K times after a failure (default 0)
+  --notice-seconds S   after a rank fails, time the others get to notice it and exit with
+                       their own error before they are sent SIGTERM (default 3)
   --grace-seconds S    seconds between SIGTERM and SIGKILL when stopping ranks (default 5)
   --help               print this text
 

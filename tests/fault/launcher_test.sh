@@ -14,6 +14,7 @@ check() {  # check "what" command...
   if "${@:2}"; then echo "  ok   $1"; else echo "  FAIL $1"; FAILS=$((FAILS + 1)); fi
 }
 has() { grep -qF -- "$2" "$1"; }
+not_has() { ! grep -qF -- "$2" "$1"; }
 no_leftovers() {  # a SIGKILLed process may take a moment to vanish from the table
   for _ in 1 2 3 4 5 6 7 8 9 10; do pgrep -f "sleep $MARK" >/dev/null || return 0; sleep 0.1; done
   return 1
@@ -48,7 +49,7 @@ rc_is a 0 || show a
 
 echo "(b) rank 1 is SIGKILLed while the others sleep: group torn down fast"
 t0=$(now_ms)
-run b --nproc-per-node 3 --grace-seconds 2 sh -c \
+run b --nproc-per-node 3 --grace-seconds 2 --notice-seconds 0.5 sh -c \
   "if [ \$RANK = 1 ]; then sleep 0.5; echo 'about to die' >&2; kill -9 \$\$; fi; sleep $MARK"
 t1=$(now_ms)
 check "exit code 137 (128+9)" rc_is b 137
@@ -62,7 +63,7 @@ rc_is b 137 || show b
 
 echo "(b2) a rank that ignores SIGTERM is SIGKILLed after --grace-seconds"
 t0=$(now_ms)
-run b2 --nproc-per-node 2 --grace-seconds 1 sh -c \
+run b2 --nproc-per-node 2 --grace-seconds 1 --notice-seconds 0 sh -c \
   "if [ \$RANK = 0 ]; then sleep 0.5; exit 5; fi; trap '' TERM; sleep $MARK"
 t1=$(now_ms)
 check "exit code 5" rc_is b2 5
@@ -71,7 +72,7 @@ check "summary says SIGKILL after grace" has "$TMP/b2.err" "stopped by lockstep-
 check "no leftover rank processes" no_leftovers
 
 echo "(c) rank 2 exits 3 with a message on stderr"
-run c --nproc-per-node 3 --grace-seconds 2 sh -c \
+run c --nproc-per-node 3 --grace-seconds 2 --notice-seconds 0.5 sh -c \
   "if [ \$RANK = 2 ]; then echo 'fatal: bad learning rate' >&2; exit 3; fi; sleep $MARK"
 check "exit code 3" rc_is c 3
 check "summary names rank 2 and code 3" has "$TMP/c.err" "rank 2 (local rank 2, pid"
@@ -79,6 +80,44 @@ check "summary says 'exited with code 3'" has "$TMP/c.err" "failed first: exited
 check "summary contains the message" has "$TMP/c.err" "    fatal: bad learning rate"
 check "no leftover rank processes" no_leftovers
 rc_is c 3 || show c
+
+echo "(c2) error files: the first failure's message is printed, others' one line each"
+t0=$(now_ms)
+run c2 --nproc-per-node 3 --grace-seconds 1 --notice-seconds 2 sh -c '
+  [ "$LOCKSTEP_ERROR_FILE" = "$TORCHELASTIC_ERROR_FILE" ] || echo "error file vars differ" >&2
+  case $RANK in
+    1) sleep 0.3; printf "ValueError: bad batch\nsecond line\n" >"$LOCKSTEP_ERROR_FILE"; exit 4;;
+    0) sleep 1; echo "peer gone: rank 1 exited" >"$LOCKSTEP_ERROR_FILE"; exit 3;;
+    *) sleep '"$MARK"';;
+  esac'
+t1=$(now_ms)
+check "exit code 4 (rank 1's)" rc_is c2 4
+check "rank 1 failed first" has "$TMP/c2.err" "rank 1 (local rank 1, pid"
+check "its error file is printed" has "$TMP/c2.err" "lockstep-run: error reported by rank 1:"
+check "  ... every line of it" has "$TMP/c2.err" "    second line"
+check "rank 0 exited by itself within the notice period" has "$TMP/c2.err" "exited with code 3"
+check "  ... and its error is listed" has "$TMP/c2.err" "        error: peer gone: rank 1 exited"
+check "rank 2 got SIGTERM after the notice period" has "$TMP/c2.err" "stopped by lockstep-run with SIGTERM"
+check "took the notice period, not more (took $((t1 - t0)) ms)" [ $((t1 - t0)) -ge 2000 -a $((t1 - t0)) -lt 4500 ]
+check "same path in LOCKSTEP_ERROR_FILE and TORCHELASTIC_ERROR_FILE" not_has "$TMP/c2.err" "error file vars differ"
+check "no leftover rank processes" no_leftovers
+rc_is c2 4 || show c2
+run c3 --nproc-per-node 2 --grace-seconds 1 --notice-seconds 0.5 sh -c '
+  if [ $RANK = 0 ]; then
+    printf "{\"message\": {\"message\": \"RuntimeError: from @record\", \"extraInfo\": {\"timestamp\": \"1\"}}}" >"$TORCHELASTIC_ERROR_FILE"
+    exit 1
+  fi; sleep '"$MARK"
+check "torchelastic's JSON error file: its message is printed" has "$TMP/c3.err" "    RuntimeError: from @record"
+check "no leftover rank processes" no_leftovers
+
+echo "(c4) a rank stopped by SIGSTOP: the summary says so when a peer fails for it"
+run c4 --nproc-per-node 2 --grace-seconds 1 --notice-seconds 0.5 sh -c \
+  "if [ \$RANK = 1 ]; then kill -STOP \$\$; fi; sleep 1; exit 3"
+check "exit code 3" rc_is c4 3
+check "note names rank 1 and SIGSTOP" has "$TMP/c4.err" "note: rank 1 was stopped by SIGSTOP"
+check "the stopped rank is ended (SIGTERM + SIGCONT)" has "$TMP/c4.err" "rank 1 (pid"
+check "no leftover rank processes" no_leftovers
+rc_is c4 3 || show c4
 
 echo "(d) a program that cannot be executed"
 run d --nproc-per-node 2 /nonexistent/lockstep-prog

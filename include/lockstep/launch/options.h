@@ -28,6 +28,7 @@ struct LaunchOptions {
   std::string log_dir;               // empty = no per-rank log files
   int max_restarts = 0;              // whole-group restarts after a failure
   double grace_seconds = 5.0;        // SIGTERM -> SIGKILL grace during teardown
+  double notice_seconds = 3.0;       // first failure -> SIGTERM: survivors raise their own error
   bool help = false;                 // --help: print usage, run nothing
   std::vector<std::string> program;  // PROGRAM and its ARGS; argv[0] first
 

@@ -4,13 +4,23 @@
 // composed here: reduce_scatter = alltoall + a local sum (the bandwidth-optimal
 // decomposition: each rank sends (P-1)/P of its input once), bfloat16 reductions go
 // through float32, and bfloat16 data movement is a bit-copy typed as float16.
+//
+// Failures: every op is waited for in slices, and between slices the group's Liveness
+// (liveness.h) is asked whether a rank died or stopped; a transport error is
+// attributed to the rank Liveness names. So a dead or stopped peer fails every rank
+// within seconds, naming it, instead of a socket error that names an address or a
+// timeout that names no one. An op given up on may still be running inside gloo: the
+// c10d group is then leaked at destruction rather than joined (its threads would wait
+// out gloo's own timeout).
 #include "comm/backends/factories.h"
+#include "comm/backends/gloo/liveness.h"
 
 #include <lockstep/error.h>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include <atomic>
 #include <cstdlib>
 
 namespace lockstep::comm {
@@ -52,6 +62,15 @@ class GlooBackend final : public Backend {
     opts->threads = 2;
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix + "gloo/", store);
     pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank_, size_, opts);
+    live_ = std::make_unique<Liveness>(
+        c10::make_intrusive<c10d::PrefixStore>(prefix + "live/", store), rank_, size_);
+  }
+
+  ~GlooBackend() override {
+    live_.reset();
+    // A gloo op still blocked on a dead peer would keep ~ProcessGroupGloo joining its
+    // worker threads until gloo's own timeout: a broken group is left to process exit.
+    if (broken_) (void)pg_.release();
   }
 
   std::string name() const override { return "gloo"; }
@@ -131,25 +150,81 @@ class GlooBackend final : public Backend {
 
   void barrier(const OpContext& ctx) override { finish(pg_->barrier(), ctx); }
 
+  void abort() noexcept override {
+    aborted_ = true;
+    broken_ = true;
+  }
+
  private:
-  // Waits for the c10d work within the op's remaining time; gloo's own errors
-  // (a closed connection when a peer died) become CommErrors.
+  // How long one wait lasts before Liveness is asked again: the detection delay it adds.
+  static constexpr Millis kSlice{200};
+
+  // Waits for the c10d work in slices until it completes, the op's deadline passes, the
+  // group is aborted, or Liveness reports a failed rank (-> PeerGone naming it). gloo's
+  // own errors become CommErrors, attributed to the failed rank when one is known.
   void finish(const c10::intrusive_ptr<c10d::Work>& work, const OpContext& ctx) {
-    const auto left = std::chrono::duration_cast<Millis>(ctx.deadline - Clock::now()) + Millis(1);
-    try {
-      work->wait(std::max(left, Millis(1)));
-    } catch (const std::exception& e) {
-      CommContext c = op_context(*this, ctx.desc, &ctx);
-      const std::string msg = e.what();
-      auto kind = CommError::Kind::Failed;
-      if (msg.find("Timed out") != std::string::npos ||
-          msg.find("timed out") != std::string::npos || msg.find("Timeout") != std::string::npos)
-        kind = CommError::Kind::Timeout;
-      else if (msg.find("closed") != std::string::npos || msg.find("reset") != std::string::npos ||
-               msg.find("Broken pipe") != std::string::npos)
-        kind = CommError::Kind::PeerGone;
-      throw CommError(kind, c, first_line(msg));
+    for (;;) {
+      const auto now = Clock::now();
+      if (aborted_) raise(ctx, CommError::Kind::Aborted, -1, "the group is being torn down");
+      if (now >= ctx.deadline) {
+        if (auto f = live_->failure()) raise(ctx, CommError::Kind::PeerGone, f->peer, f->what);
+        raise(ctx, CommError::Kind::Timeout, -1,
+              "not every rank took part in time; every rank's heartbeat is current, so a rank "
+              "is busy elsewhere or issued other collectives");
+      }
+      const auto left = std::chrono::duration_cast<Millis>(ctx.deadline - now) + Millis(1);
+      try {
+        work->wait(std::min(left, kSlice));
+        return;
+      } catch (const std::exception& e) {
+        if (!work->isCompleted()) {  // our slice ran out: is everyone still there?
+          if (auto f = live_->failure()) {
+            if (f->store_lost) f = live_->failure_within(Millis(0));
+            // A lost store may only mean rank 0 finished first: give the op a moment.
+            if (!f->store_lost || !wait_quietly(work, Millis(1000)))
+              raise(ctx, CommError::Kind::PeerGone, f->peer, f->what);
+          }
+          continue;
+        }
+        transport_error(ctx, e.what());
+      }
     }
+  }
+
+  bool wait_quietly(const c10::intrusive_ptr<c10d::Work>& work, Millis t) {
+    try {
+      work->wait(t);
+      return true;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+
+  [[noreturn]] void transport_error(const OpContext& ctx, const std::string& msg) {
+    auto kind = CommError::Kind::Failed;
+    if (msg.find("Timed out") != std::string::npos || msg.find("timed out") != std::string::npos ||
+        msg.find("Timeout") != std::string::npos)
+      kind = CommError::Kind::Timeout;
+    else if (msg.find("closed") != std::string::npos || msg.find("reset") != std::string::npos ||
+             msg.find("Broken pipe") != std::string::npos)
+      kind = CommError::Kind::PeerGone;
+    // A socket error names an address; the rank behind it is found by Liveness: at once
+    // on this machine, within a moment when another node's rank publishes it, within
+    // kStale when a whole node is gone (rank 0 sees the heartbeats stop).
+    const Millis patience =
+        kind == CommError::Kind::PeerGone ? Liveness::kStale + Millis(1000) : Millis(0);
+    if (auto f = live_->failure_within(patience))
+      raise(ctx, CommError::Kind::PeerGone, f->peer,
+            detail::concat(f->what, " (gloo: ", first_line(msg), ")"));
+    raise(ctx, kind, -1, first_line(msg));
+  }
+
+  [[noreturn]] void raise(const OpContext& ctx, CommError::Kind kind, int peer,
+                          const std::string& what) {
+    broken_ = true;
+    CommContext c = op_context(*this, ctx.desc, &ctx);
+    if (peer >= 0) c.peer = peer;
+    throw CommError(kind, c, what);
   }
 
   static std::string first_line(const std::string& s) {
@@ -160,6 +235,9 @@ class GlooBackend final : public Backend {
   int rank_;
   int size_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  std::unique_ptr<Liveness> live_;
+  std::atomic<bool> aborted_{false};
+  std::atomic<bool> broken_{false};  // an op was given up on or failed
 };
 
 }  // namespace

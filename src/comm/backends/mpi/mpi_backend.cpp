@@ -18,11 +18,13 @@
 #include <lockstep/error.h>
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <functional>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -97,6 +99,33 @@ MpiBackend::MpiBackend(const LaunchEnv& env, Millis timeout) {
     std::lock_guard<std::mutex> g(call_lock());
     MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
   }
+  exchange_pids(w);
+}
+
+void MpiBackend::exchange_pids(const Where& w) {
+  constexpr int kBytes = 192;  // "<pid> <machine id>", NUL-padded
+  std::vector<char> mine(kBytes, '\0'), all(static_cast<size_t>(kBytes) * size_, '\0');
+  const std::string me = detail::concat(::getpid(), " ", machine_id());
+  me.copy(mine.data(), std::min<size_t>(me.size(), kBytes - 1));
+  run(w, "MPI_Iallgather",
+      [&](MPI_Request* r) {
+        return MPI_Iallgather(mine.data(), kBytes, MPI_CHAR, all.data(), kBytes, MPI_CHAR, comm_,
+                              r);
+      },
+      {});
+  std::vector<std::string> ids(size_);
+  std::vector<pid_t> pids(size_, 0);
+  for (int r = 0; r < size_; ++r) {
+    std::istringstream in(std::string(all.data() + static_cast<size_t>(r) * kBytes));
+    in >> pids[r] >> ids[r];
+  }
+  local_ = LocalPeers(rank_, ids, pids, kStoppedLimit);
+}
+
+int MpiBackend::dead_peer(Clock::time_point now, std::string* what) {
+  if (local_.empty() || now < next_live_) return -1;
+  next_live_ = now + kLivenessEvery;
+  return local_.check(what);
 }
 
 MpiBackend::~MpiBackend() {
@@ -196,7 +225,9 @@ void MpiBackend::await(const Where& w, const char* call, std::vector<MPI_Request
     if (done) return;
     const bool aborted = aborted_.load();
     const auto now = Clock::now();
-    if (aborted || now >= w.deadline) {
+    std::string dead_what;
+    const int dead = aborted ? -1 : dead_peer(now, &dead_what);
+    if (aborted || dead >= 0 || now >= w.deadline) {
       {
         std::lock_guard<std::mutex> g(call_lock());
         for (MPI_Request& req : reqs) {
@@ -208,6 +239,11 @@ void MpiBackend::await(const Where& w, const char* call, std::vector<MPI_Request
         }
       }
       if (aborted) fail(CommError::Kind::Aborted, w, "the group is being torn down (abort())");
+      if (dead >= 0) {
+        Where at = w;
+        at.peer = dead;
+        fail(CommError::Kind::PeerGone, at, dead_what);
+      }
       fail(CommError::Kind::Timeout, w,
            w.peer >= 0
                ? detail::concat("rank ", w.peer, " did not take part (", call, " still pending)")

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "comm/backends/factories.h"
+#include "comm/backends/gloo/local_peers.h"
 #include "comm/backends/mpi/mpi_runtime.h"
 
 #include <atomic>
@@ -37,7 +38,11 @@ class MpiBackend final : public Backend {
   void send(const at::Tensor& t, int dst, int tag, const OpContext& ctx) override;
   void recv(at::Tensor& t, int src, int tag, const OpContext& ctx) override;
   void barrier(const OpContext& ctx) override;
-  void abort() noexcept override { aborted_ = true; }
+  // Also marks the process: at exit, MPI_Abort instead of a blocking MPI_Finalize.
+  void abort() noexcept override {
+    aborted_ = true;
+    mpi::note_broken();
+  }
 
  private:
   // What an error message needs to know about the op in flight.
@@ -70,6 +75,11 @@ class MpiBackend final : public Backend {
   static void for_chunks(int64_t numel, const std::function<void(int64_t, int)>& fn);
   void reject_large(int64_t n, const Where& w) const;
   void reap_abandoned_locked();
+  // Publishes every rank's pid and machine (one MPI_Iallgather) for local_.
+  void exchange_pids(const Where& w);
+  // A same-machine peer that exited or stayed stopped (-> its rank and *what), else -1.
+  // Rate-limited: checks at most every kLivenessEvery.
+  int dead_peer(Clock::time_point now, std::string* what);
 
   int rank_ = 0;
   int size_ = 1;
@@ -82,6 +92,13 @@ class MpiBackend final : public Backend {
     std::vector<at::Tensor> keep;  // buffers MPI may still write
   };
   std::vector<Abandoned> abandoned_;  // comm thread only
+  // Peers on this machine, watched by pid while an op waits: MPI itself reports a dead
+  // peer late or never (OpenMPI's vader BTL waits forever; mpirun kills the job, but a
+  // stopped rank is never reported). Remote peers: mpirun aborts the job when one dies.
+  static constexpr Millis kLivenessEvery{20};
+  static constexpr Millis kStoppedLimit{3000};
+  LocalPeers local_;
+  Clock::time_point next_live_{};
 };
 
 }  // namespace lockstep::comm

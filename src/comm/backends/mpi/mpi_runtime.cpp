@@ -6,6 +6,7 @@
 #include <lockstep/error.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 
 namespace lockstep::comm::mpi {
@@ -14,6 +15,7 @@ namespace {
 // All of it guarded by call_lock().
 bool g_we_initialized = false;
 std::atomic<bool> g_finalized{false};
+std::atomic<bool> g_broken{false};             // a group of this process failed (note_broken)
 MPI_Datatype g_half_type = MPI_DATATYPE_NULL;  // 2 contiguous bytes: bfloat16 and float16
 MPI_Op g_ops[2][3] = {{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL},
                       {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}};  // [bf16, f16][sum, max, min]
@@ -61,10 +63,22 @@ void create_types_and_ops() {
 
 // Runs once at exit if lockstep initialized MPI. A group still alive at this
 // point (a static, or exit() from a thread) sees is_finalized() and fails its op.
-void finalize_at_exit() {
+// After a failure, MPI_Abort instead: MPI_Finalize would wait for the failed rank.
+void finalize_at_exit(int status, void*) {
   std::lock_guard<std::mutex> g(call_lock());
   int done = 0;
   MPI_Finalized(&done);
+  if (!done && g_broken) {
+    const int code = status != 0 ? status : 1;
+    std::fprintf(stderr,
+                 "lockstep: mpi: a communication group of this rank failed; ending the job "
+                 "with MPI_Abort(MPI_COMM_WORLD, %d) instead of MPI_Finalize, which would "
+                 "wait for the failed rank\n",
+                 code);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);  // MPI_Abort does not return; if it did, finalizing could still hang
+  }
   if (!done) {
     for (auto& row : g_ops)
       for (auto& op : row)
@@ -96,7 +110,7 @@ void ensure_initialized_locked() {
     check_init(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
                "MPI_Init_thread");
     g_we_initialized = true;
-    std::atexit(finalize_at_exit);
+    on_exit(finalize_at_exit, nullptr);  // glibc: like atexit, with the exit status
   } else {
     MPI_Query_thread(&provided);
   }
@@ -111,6 +125,8 @@ void ensure_initialized_locked() {
                                          : ""));
   create_types_and_ops();
 }
+
+void note_broken() noexcept { g_broken = true; }
 
 bool is_finalized() {
   if (g_finalized) return true;

@@ -33,13 +33,21 @@ namespace lockstep::comm::mpi {
 std::mutex& call_lock();
 
 // MPI_Init_thread(MPI_THREAD_SERIALIZED) unless MPI is already initialized; if
-// lockstep initialized it, MPI_Finalize runs once at process exit. Throws
+// lockstep initialized it, MPI_Finalize runs once at process exit (MPI_Abort after a
+// failure, see note_broken). Throws
 // ConfigError if MPI was finalized already or provides less than SERIALIZED.
 // Also creates the 16-bit datatype and its reduction ops. Call with call_lock() held.
 void ensure_initialized_locked();
 
 // True once MPI is finalized (by our exit hook or by the program). Any thread.
 bool is_finalized();
+
+// Records that a group of this process failed (any thread, never throws). At exit, a
+// process with a broken group then calls MPI_Abort(MPI_COMM_WORLD, its exit status or 1)
+// instead of MPI_Finalize: MPI_Finalize synchronizes with every rank and would wait
+// forever for a dead or stopped one; MPI_Abort ends the job on every rank (mpirun kills
+// the others, the stopped one included) and frees MPI's shared-memory segments.
+void note_broken() noexcept;
 
 // The MPI datatype of one element of `t` (a 2-byte contiguous type for
 // bfloat16/float16). Throws InvalidArgument for dtypes MPI cannot carry.

@@ -1,0 +1,207 @@
+// Heartbeats and failure notices through the rendezvous store (see liveness.h).
+#include "comm/backends/gloo/liveness.h"
+
+#include <lockstep/error.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+namespace lockstep::comm {
+namespace {
+
+// A counter at or above this marks a rank that left cleanly (destroyed its group).
+constexpr int64_t kLeft = int64_t{1} << 40;
+
+std::string hb_key(int r) { return "hb/" + std::to_string(r); }
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+
+// Publishes f as the group's failure unless another rank did first: the first notice
+// names the culprit, later ones (often consequences of it) are dropped.
+void publish(c10d::Store& store, const PeerFailure& f, int by) {
+  if (store.add("nfailed", 1) != 1) return;
+  store.set("failed", bytes(detail::concat(f.peer, "\n", by, "\n", f.what)));
+}
+
+PeerFailure parse_notice(const std::vector<uint8_t>& v, int me) {
+  std::istringstream in(std::string(v.begin(), v.end()));
+  PeerFailure f;
+  int by = -1;
+  in >> f.peer >> by;
+  in.ignore(1);
+  std::getline(in, f.what);
+  if (by != me) f.what += detail::concat(" (noticed by rank ", by, ")");
+  return f;
+}
+
+}  // namespace
+
+Liveness::Liveness(const StorePtr& store, int rank, int size)
+    : st_(std::make_shared<State>()), store_(store), rank_(rank), size_(size) {
+  if (size <= 1) return;
+  store->set("pid/" + std::to_string(rank), bytes(detail::concat(::getpid(), " ", machine_id())));
+  std::vector<std::string> ids(size);
+  std::vector<pid_t> pids(size, 0);
+  for (int r = 0; r < size; ++r) {
+    const auto v = store->get("pid/" + std::to_string(r));
+    std::istringstream in(std::string(v.begin(), v.end()));
+    in >> pids[r] >> ids[r];
+  }
+  st_->local = LocalPeers(rank, ids, pids, kStale);
+  thread_ = std::thread(run, st_, store, rank, size);
+}
+
+Liveness::~Liveness() {
+  if (!thread_.joinable()) return;
+  if (rank_ == 0) linger_for_acks();
+  std::unique_lock<std::mutex> l(st_->mu);
+  st_->stop = true;
+  st_->cv.notify_all();
+  // The goodbye is one store request; a store that does not answer (rank 0 stopped)
+  // must not hold the program's exit: the thread then owns what it uses and ends later.
+  if (st_->cv.wait_for(l, std::chrono::seconds(1), [&] { return st_->done; })) {
+    l.unlock();
+    thread_.join();
+  } else {
+    l.unlock();
+    thread_.detach();
+  }
+}
+
+void Liveness::record(State& st, PeerFailure f) {
+  if (!st.failure) st.failure = std::move(f);
+}
+
+std::optional<PeerFailure> Liveness::failure() {
+  std::lock_guard<std::mutex> l(st_->mu);
+  if (!st_->failure) {
+    std::string what;
+    const int r = st_->local.check(&what);
+    if (r >= 0) record(*st_, PeerFailure{r, what, false});
+  }
+  // The heartbeat thread stuck in a store call: rank 0 (the store) does not answer.
+  if (!st_->failure && rank_ != 0 && thread_.joinable() && !st_->done &&
+      Clock::now() - st_->last_round > kStale + kPeriod) {
+    const double s = std::chrono::duration<double>(Clock::now() - st_->last_round).count();
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f", s);
+    record(*st_, PeerFailure{0,
+                             detail::concat("rank 0's rendezvous store has not answered for ", buf,
+                                            " s: rank 0 is stopped or its node is unreachable"),
+                             true});
+  }
+  return st_->failure;
+}
+
+std::optional<PeerFailure> Liveness::read_notice() {
+  try {
+    if (!store_->check({"failed"})) return std::nullopt;
+    PeerFailure f = parse_notice(store_->get("failed"), rank_);
+    std::lock_guard<std::mutex> l(st_->mu);
+    st_->failure = f;  // the group's first notice names the cause: it wins over ours
+    return f;
+  } catch (const std::exception&) {
+    return std::nullopt;  // the heartbeat thread reports a lost store
+  }
+}
+
+std::optional<PeerFailure> Liveness::failure_within(Millis patience) {
+  const auto until = Clock::now() + patience;
+  for (;;) {
+    // The notice first: a lost store (rank 0 gone) is only the last resort.
+    if (auto f = read_notice()) return f;
+    if (auto f = failure(); f && (!f->store_lost || Clock::now() >= until)) return f;
+    if (Clock::now() >= until) return std::nullopt;
+    std::this_thread::sleep_for(Millis(50));
+  }
+}
+
+void Liveness::linger_for_acks() {
+  {
+    std::lock_guard<std::mutex> l(st_->mu);
+    if (!st_->failure || size_ <= 2) return;
+  }
+  // All but rank 0 and the failed rank; bounded, since more ranks may be gone.
+  const auto until = Clock::now() + Millis(2000);
+  try {
+    while (Clock::now() < until && store_->add("acked", 0) < size_ - 2)
+      std::this_thread::sleep_for(Millis(20));
+  } catch (const std::exception&) {
+  }
+}
+
+// The heartbeat thread: bump our counter, read the group's notice, check same-machine
+// peers and (rank 0) everyone's counters, every kPeriod until stopped.
+void Liveness::run(std::shared_ptr<State> st, StorePtr store, int rank, int size) {
+  std::map<int, std::pair<int64_t, Clock::time_point>> seen;  // rank 0: last count, when
+  bool published = false;
+  try {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> l(st->mu);
+        st->last_round = Clock::now();
+        if (st->cv.wait_for(l, kPeriod, [&] { return st->stop; })) break;
+      }
+      store->add(hb_key(rank), 1);
+      std::optional<PeerFailure> found;
+      if (store->check({"failed"})) found = parse_notice(store->get("failed"), rank);
+      {
+        std::lock_guard<std::mutex> l(st->mu);
+        std::string what;
+        const int r = st->local.check(&what);
+        if (!found && r >= 0) found = PeerFailure{r, what, false};
+      }
+      if (rank == 0 && !found) {
+        const auto now = Clock::now();
+        for (int r = 1; r < size && !found; ++r) {
+          const int64_t c = store->add(hb_key(r), 0);
+          auto it = seen.find(r);
+          if (it == seen.end() || it->second.first != c) {
+            seen[r] = {c, now};
+          } else if (c < kLeft && now - it->second.second > kStale) {
+            const double s = std::chrono::duration<double>(now - it->second.second).count();
+            char buf[32];
+            std::snprintf(buf, sizeof buf, "%.1f", s);
+            found = PeerFailure{r,
+                                detail::concat("rank ", r, " sent no heartbeat for ", buf,
+                                               " s: it died, is stopped, or its node is "
+                                               "unreachable"),
+                                false};
+          }
+        }
+      }
+      if (found) {
+        if (!published) publish(*store, *found, rank);
+        published = true;
+        bool ack = false;
+        {
+          std::lock_guard<std::mutex> l(st->mu);
+          record(*st, *found);
+          ack = rank != 0 && !st->acked;
+          st->acked = true;
+        }
+        if (ack) store->add("acked", 1);
+      }
+    }
+    store->add(hb_key(rank), kLeft);  // goodbye: a clean leave is no failure
+  } catch (const std::exception& e) {
+    // Rank 0 hosts the store: a broken connection means rank 0 is gone.
+    std::lock_guard<std::mutex> l(st->mu);
+    if (rank != 0 && !st->stop)
+      record(*st, PeerFailure{0,
+                              detail::concat("lost the connection to rank 0's rendezvous store (",
+                                             first_line(e.what()),
+                                             "): rank 0 exited or its node is unreachable"),
+                              true});
+  }
+  std::lock_guard<std::mutex> l(st->mu);
+  st->done = true;
+  st->cv.notify_all();
+}
+
+}  // namespace lockstep::comm
