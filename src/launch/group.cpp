@@ -132,7 +132,8 @@ void Group::loop() {
       if (pfds[k].revents) read_stream(ranks_[owners[k - 1].first], owners[k - 1].second);
     handle_signals();
     reap();  // after reading, so a dying rank's last words print before the summary
-    if (noticing_ && !tearing_down_ && Clock::now() >= term_at_) begin_teardown();
+    if (noticing_ && !tearing_down_ && (Clock::now() >= term_at_ || only_stopped_left()))
+      begin_teardown();
     if (tearing_down_ && !killed_ && Clock::now() >= kill_at_) {
       signal_groups(SIGKILL);
       killed_ = true;
@@ -284,6 +285,13 @@ bool Group::any_running() const {
   for (const Rank& r : ranks_)
     if (r.running) return true;
   return false;
+}
+
+// Every rank still running is stopped (SIGSTOP): none of them can notice anything.
+bool Group::only_stopped_left() const {
+  for (const Rank& r : ranks_)
+    if (r.running && !r.stop_signal) return false;
+  return true;
 }
 
 bool Group::any_open() const {

@@ -67,6 +67,7 @@ class Group {
   void drain_output();
   bool any_running() const;
   bool any_open() const;
+  bool only_stopped_left() const;
   void print_failure_summary() const;
   void print_interrupt_summary() const;
   std::string outcome_of(const Rank& r) const;

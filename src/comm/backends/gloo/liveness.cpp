@@ -98,25 +98,29 @@ std::optional<PeerFailure> Liveness::failure() {
   return st_->failure;
 }
 
-std::optional<PeerFailure> Liveness::read_notice() {
+std::optional<PeerFailure> Liveness::read_notice(bool* store_ok) {
   try {
+    *store_ok = true;
     if (!store_->check({"failed"})) return std::nullopt;
     PeerFailure f = parse_notice(store_->get("failed"), rank_);
     std::lock_guard<std::mutex> l(st_->mu);
     st_->failure = f;  // the group's first notice names the cause: it wins over ours
     return f;
   } catch (const std::exception&) {
-    return std::nullopt;  // the heartbeat thread reports a lost store
+    *store_ok = false;  // the heartbeat thread reports the lost store
+    return std::nullopt;
   }
 }
 
 std::optional<PeerFailure> Liveness::failure_within(Millis patience) {
   const auto until = Clock::now() + patience;
   for (;;) {
-    // The notice first: a lost store (rank 0 gone) is only the last resort.
-    if (auto f = read_notice()) return f;
-    if (auto f = failure(); f && (!f->store_lost || Clock::now() >= until)) return f;
-    if (Clock::now() >= until) return std::nullopt;
+    // The notice first: while the store answers, a notice may still name someone else
+    // (rank 0 keeps its store up until the others have read it, linger_for_acks).
+    bool store_ok = true;
+    if (auto f = read_notice(&store_ok)) return f;
+    if (auto f = failure(); f && (!f->store_lost || !store_ok)) return f;
+    if (Clock::now() >= until) return failure();
     std::this_thread::sleep_for(Millis(50));
   }
 }
@@ -189,6 +193,13 @@ void Liveness::run(std::shared_ptr<State> st, StorePtr store, int rank, int size
       }
     }
     store->add(hb_key(rank), kLeft);  // goodbye: a clean leave is no failure
+    bool ack = false;
+    {
+      std::lock_guard<std::mutex> l(st->mu);
+      ack = rank != 0 && st->failure && !st->acked;  // found by failure(), not by this thread
+      st->acked = true;
+    }
+    if (ack) store->add("acked", 1);  // rank 0 may now close the store
   } catch (const std::exception& e) {
     // Rank 0 hosts the store: a broken connection means rank 0 is gone.
     std::lock_guard<std::mutex> l(st->mu);

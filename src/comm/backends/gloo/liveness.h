@@ -66,8 +66,9 @@ class Liveness {
   };
   static void run(std::shared_ptr<State> st, StorePtr store, int rank, int size);
   static void record(State& st, PeerFailure f);
-  // The group's notice, read on the caller's thread (one store request).
-  std::optional<PeerFailure> read_notice();
+  // The group's notice, read on the caller's thread (one store request); *store_ok
+  // false when the store did not answer.
+  std::optional<PeerFailure> read_notice(bool* store_ok);
   // Rank 0 hosts the store: after a failure it keeps it up (bounded) until the others
   // have read the notice, or they would see only the store vanish and blame rank 0.
   void linger_for_acks();

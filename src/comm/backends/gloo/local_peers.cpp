@@ -17,6 +17,9 @@
 namespace lockstep::comm {
 namespace {
 
+constexpr Clock::duration kLongStop = std::chrono::seconds(1);  // not a scheduling blip
+constexpr Clock::duration kRecent = std::chrono::seconds(2);
+
 // The state letter of /proc/<pid>/stat ("pid (comm) S ..."): 'X' when the process is
 // gone, '?' when it cannot be read (then nothing is concluded).
 char process_state(pid_t pid) {
@@ -69,15 +72,23 @@ int LocalPeers::check(std::string* what) {
       continue;
     }
     if (s != 'T') {  // 't' (stopped by a debugger) is left alone: someone is looking at it
+      if (p.stopped_since != Clock::time_point{} && now - p.stopped_since >= kLongStop)
+        p.resumed_at = now;
       p.stopped_since = {};
+      // Just continued after a long stop (mpirun SIGCONTs every rank as it aborts a job):
+      // still the likely cause of a peer's exit.
+      if (now - p.resumed_at < kRecent && !stopped) stopped = &p;
       continue;
     }
     if (p.stopped_since == Clock::time_point{}) p.stopped_since = now;
-    if (!stopped || p.stopped_since < stopped->stopped_since) stopped = &p;
+    if (!stopped || stopped->stopped_since == Clock::time_point{} ||
+        p.stopped_since < stopped->stopped_since)
+      stopped = &p;
   }
-  // A peer that exited while another is stopped most likely gave up on the stopped one:
-  // name the stopped one, the cause.
-  if (stopped && (exited || now - stopped->stopped_since >= stop_limit_)) {
+  // A peer that exited while another is (or just was) stopped most likely gave up on the
+  // stopped one: name the stopped one, the cause.
+  const bool now_stopped = stopped && stopped->stopped_since != Clock::time_point{};
+  if (stopped && (exited || (now_stopped && now - stopped->stopped_since >= stop_limit_))) {
     *what = detail::concat("rank ", stopped->rank, " (pid ", stopped->pid,
                            ", this host) is stopped (SIGSTOP/SIGTSTP) and not answering");
     if (exited) *what += detail::concat("; rank ", exited->rank, " has exited meanwhile");

@@ -38,6 +38,7 @@ class LocalPeers {
     int rank = -1;
     pid_t pid = 0;
     Clock::time_point stopped_since{};  // zero: running
+    Clock::time_point resumed_at{};     // when it last ran again after a long stop
   };
   std::vector<Peer> peers_;
   Clock::duration stop_limit_{};

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 namespace lockstep::comm::mpi {
 namespace {
@@ -76,6 +77,9 @@ void finalize_at_exit(int status, void*) {
                  "wait for the failed rank\n",
                  code);
     std::fflush(stderr);
+    // MPI_Abort ends every rank at once: the ranks that saw the same failure a moment
+    // later get half a second to report it too (their messages name the failed rank).
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);  // MPI_Abort does not return; if it did, finalizing could still hang
   }

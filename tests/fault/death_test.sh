@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# A rank dies (SIGKILL) or stops (SIGSTOP) in the middle of a loop of collectives: every
+# other rank must raise within seconds (asserted <= 10 s after the death, against an op
+# timeout of 60 s; the goal is <= 5 s), naming the failed rank, the op and its sequence
+# number; lockstep-run must name the failed rank first and print the error file of a rank
+# that raised; nothing may hang at exit or stay behind in /dev/shm.
+# usage: death_test.sh FAULT_PROGRAM LOCKSTEP_RUN BACKEND [MPIRUN_SH]
+#   BACKEND: shm | gloo | gloo-remote (gloo with same-machine pid watching off, so the
+#   heartbeats and the store notice, the cross-node path, must find the rank) | mpi (under
+#   mpirun: MPIRUN_SH is scripts/mpirun.sh; lockstep-run cannot start an MPI job)
+set -u
+prog=$1; run=$2; kind=$3; mpirun_sh=${4:-}
+bound=10
+export LOCKSTEP_TIMEOUT_S=60 MASTER_ADDR=127.0.0.1
+backend=$kind
+[[ $kind == gloo-remote ]] && { backend=gloo; export LOCKSTEP_LIVENESS_LOCAL=0; }
+export LOCKSTEP_BACKEND=$backend
+tmp=$(mktemp -d); trap '[[ -n ${KEEP:-} ]] || rm -rf "$tmp"' EXIT
+failures=0; passes=0
+pass() { echo "PASS [$kind] $*"; passes=$((passes + 1)); }
+fail() { echo "FAIL [$kind] $*"; failures=$((failures + 1)); }
+shm_list() { ls /dev/shm 2>/dev/null | grep -E '^(lockstep-|vader_segment)' | sort; }
+shm_before=$(shm_list)
+now() { date +%s.%N; }
+le() { [[ $(echo "$1 <= $2" | bc) == 1 ]]; }
+
+# case NAME VICTIM SIGNAL OP: one job; sets $out (all output) and $after (exit - death, s).
+case_run() {
+  local name=$1 victim=$2 sig=$3 op=$4
+  out=$tmp/$name.out
+  rm -f "$tmp/death"
+  local args=(die-in-loop --victim "$victim" --signal "$sig" --op "$op" --at 5
+              --death-file "$tmp/death")
+  if [[ $backend == mpi ]]; then
+    timeout 60 "$mpirun_sh" -np 3 "$prog" "${args[@]}" >"$out" 2>&1
+  else
+    # --notice-seconds: long enough for the heartbeats (gloo-remote), which a real remote
+    # node's ranks have all the time they need for, since no launcher of theirs saw a death.
+    timeout 60 "$run" --nproc-per-node 3 --master-port 0 --grace-seconds 2 --notice-seconds 6 \
+      "$prog" "${args[@]}" >"$out" 2>&1
+  fi
+  rc=$?
+  local end; end=$(now)
+  after=$(echo "$end - $(cat "$tmp/death" 2>/dev/null || echo 0)" | bc)
+  [[ $rc -eq 124 ]] && fail "$name: the job hung (killed by timeout after 60 s)"
+}
+
+# check_survivors NAME VICTIM OPNAME: every rank but VICTIM raised naming it, the op and #6.
+check_survivors() {
+  local name=$1 victim=$2 opname=$3 r line s
+  for r in 0 1 2; do
+    [[ $r == "$victim" ]] && continue
+    line=$(grep -m1 "rank $r caught CommError" "$out")
+    if [[ -z $line ]]; then fail "$name: rank $r printed no CommError"; continue; fi
+    s=$(echo "$line" | sed -E 's/.* ([0-9.]+) s after the death.*/\1/')
+    if echo "$line" | grep -q "$opname #6" && echo "$line" | grep -q "rank $victim" &&
+      le "$s" "$bound"; then
+      pass "$name: rank $r raised ${s} s after the death: $(echo "$line" | sed 's/.*the death: //' | cut -c1-200)"
+    else
+      fail "$name: rank $r: $line"
+    fi
+  done
+  if le "$after" $((bound + 3)); then pass "$name: the job ended ${after} s after the death"
+  else fail "$name: the job ended only ${after} s after the death"; fi
+}
+
+check_launcher_names() {  # NAME VICTIM: lockstep-run's summary blames the victim first
+  local name=$1 victim=$2
+  if grep -q "lockstep-run: rank $victim (local rank $victim, pid [0-9]*) failed first: killed by signal 9 (SIGKILL)" "$out"; then
+    pass "$name: lockstep-run names rank $victim as the first failure"
+  else
+    fail "$name: summary: $(grep 'failed first' "$out")"
+  fi
+  if grep -q "        error: rank [0-9]/3 \[$backend\]" "$out"; then
+    pass "$name: the survivors' error files are listed"
+  else
+    fail "$name: no survivor's error file in the summary"
+  fi
+}
+
+if [[ $backend == mpi ]]; then
+  case_run kill-allreduce 2 KILL allreduce
+  # mpirun kills the job when it sees a rank die: the survivors' own message races it, and
+  # mpirun's "process rank 2 ... exited on signal 9" names the rank either way.
+  if grep -q "caught CommError" "$out"; then check_survivors kill-allreduce 2 allreduce
+  elif grep -q "process rank 2 .*exited on signal 9" "$out" && le "$after" $((bound + 3)); then
+    pass "kill-allreduce: mpirun ended the job ${after} s after the death, naming rank 2"
+  else fail "kill-allreduce: $(tail -5 "$out")"; fi
+  case_run stop-barrier 1 STOP barrier
+  check_survivors stop-barrier 1 barrier
+  if grep -q "MPI_Abort(MPI_COMM_WORLD, 3) instead of MPI_Finalize" "$out"; then
+    pass "stop-barrier: the broken job ended with MPI_Abort, not a blocking MPI_Finalize"
+  else fail "stop-barrier: no MPI_Abort: $(tail -3 "$out")"; fi
+else
+  case_run kill-allreduce 2 KILL allreduce
+  check_survivors kill-allreduce 2 allreduce
+  check_launcher_names kill-allreduce 2
+  case_run kill-barrier 1 KILL mixed
+  check_survivors kill-barrier 1 barrier
+  check_launcher_names kill-barrier 1
+  if [[ $backend == gloo ]]; then
+    case_run kill-store-host 0 KILL allreduce  # rank 0 hosts the rendezvous store
+    check_survivors kill-store-host 0 allreduce
+    check_launcher_names kill-store-host 0
+    case_run stop 2 STOP mixed  # stopped: only the heartbeats (or the pid's state) show it
+    check_survivors stop 2 barrier
+    if grep -q "failed first: exited with code 3" "$out" &&
+      grep -q "lockstep-run: error reported by rank [01]:" "$out" &&
+      grep -q "^    rank [01]/3 \[gloo\] barrier #6 peer rank 2 " "$out" &&
+      grep -q "note: rank 2 was stopped by SIGSTOP" "$out"; then
+      pass "stop: the summary prints the first failure's error file, naming rank 2, and notes the stop"
+    else
+      fail "stop: summary: $(grep -A4 'failed first' "$out")"
+    fi
+  fi
+fi
+
+sleep 0.5  # mpirun's cleanup of its session directory may lag its exit a little
+leftover=$(comm -13 <(echo "$shm_before") <(shm_list))
+if [[ -z $leftover ]]; then pass "no shared-memory segment left in /dev/shm"
+else fail "/dev/shm leftovers: $leftover"; fi
+
+echo "$passes passed, $failures failed"
+[[ $failures -eq 0 ]]
