@@ -13,19 +13,22 @@ set_property(CACHE LOCKSTEP_CUDA PROPERTY STRINGS AUTO ON OFF)
 set(LOCKSTEP_CUDA_ARCHITECTURES "80-real;90" CACHE STRING "CUDA architectures of the kernels")
 
 set(LOCKSTEP_HAVE_CUDA OFF)
-set(_lockstep_cuda_missing "")
+set(_lockstep_cuda_missing "")  # short, for the summary line
+set(_lockstep_cuda_fix "")      # with the fix, for LOCKSTEP_CUDA=ON's error
 if(NOT LOCKSTEP_CUDA STREQUAL "OFF")
   # A CUDA libtorch (a CUDA wheel): Caffe2's cuda.cmake has set CAFFE2_USE_CUDA and
   # made torch::cudart.
   if(NOT CAFFE2_USE_CUDA OR NOT TARGET torch::cudart)
-    list(APPEND _lockstep_cuda_missing
-         "a libtorch built with CUDA (the one found, ${Torch_VERSION}, is CPU-only; configure with "
-         "-DCMAKE_PREFIX_PATH=<a CUDA torch wheel's torch.utils.cmake_prefix_path>)")
+    list(APPEND _lockstep_cuda_missing "the libtorch found is CPU-only")
+    list(APPEND _lockstep_cuda_fix
+         "a libtorch built with CUDA (the one found, ${Torch_VERSION}, is CPU-only: configure with \
+-DCMAKE_PREFIX_PATH=<a CUDA torch wheel's torch.utils.cmake_prefix_path>)")
   else()
     include(CheckLanguage)
     check_language(CUDA)
     if(NOT CMAKE_CUDA_COMPILER)
-      list(APPEND _lockstep_cuda_missing "nvcc (the CUDA toolkit; put its bin/ on PATH or set CUDACXX)")
+      list(APPEND _lockstep_cuda_missing "no nvcc")
+      list(APPEND _lockstep_cuda_fix "nvcc (the CUDA toolkit: put its bin/ on PATH or set CUDACXX)")
     endif()
     # NCCL: the wheel's own (nvidia/nccl, the one libtorch_cuda loads: two libnccl.so.2 in
     # one process would clash) before the toolkit's or the system's.
@@ -37,14 +40,15 @@ if(NOT LOCKSTEP_CUDA STREQUAL "OFF")
                  HINTS "${_lockstep_wheel_nccl}/lib" ENV NCCL_HOME PATH_SUFFIXES lib lib64
                  PATHS /usr/local/cuda/lib64)
     if(NOT LOCKSTEP_NCCL_INCLUDE OR NOT LOCKSTEP_NCCL_LIBRARY)
-      list(APPEND _lockstep_cuda_missing
-           "NCCL (nccl.h: ${LOCKSTEP_NCCL_INCLUDE}, libnccl: ${LOCKSTEP_NCCL_LIBRARY}; pip's "
-           "nvidia-nccl or apt-get install libnccl-dev, or set NCCL_HOME)")
+      list(APPEND _lockstep_cuda_missing "no NCCL")
+      list(APPEND _lockstep_cuda_fix
+           "NCCL (nccl.h: ${LOCKSTEP_NCCL_INCLUDE}, libnccl: ${LOCKSTEP_NCCL_LIBRARY}: pip's \
+nvidia-nccl-cu13 beside the wheel, apt-get install libnccl-dev, or set NCCL_HOME)")
     endif()
   endif()
   if(_lockstep_cuda_missing)
     if(LOCKSTEP_CUDA STREQUAL "ON")
-      string(REPLACE ";" "; " _m "${_lockstep_cuda_missing}")
+      string(REPLACE ";" "; and " _m "${_lockstep_cuda_fix}")
       message(FATAL_ERROR "LOCKSTEP_CUDA=ON but lockstep's CUDA build needs ${_m}. "
                           "Configure with -DLOCKSTEP_CUDA=AUTO or OFF to build without CUDA.")
     endif()
@@ -87,10 +91,10 @@ if(LOCKSTEP_HAVE_CUDA)
   endif()
   set(LOCKSTEP_CUDA_STATUS ", nccl (CUDA ${CMAKE_CUDA_COMPILER_VERSION}, sm ${LOCKSTEP_CUDA_ARCHITECTURES})")
 elseif(LOCKSTEP_CUDA STREQUAL "OFF")
-  set(LOCKSTEP_CUDA_STATUS " (cuda off: LOCKSTEP_CUDA=OFF)")
+  set(LOCKSTEP_CUDA_STATUS " (nccl and CUDA off: LOCKSTEP_CUDA=OFF)")
 else()
-  string(REPLACE ";" "; " _m "${_lockstep_cuda_missing}")
-  set(LOCKSTEP_CUDA_STATUS " (cuda off: needs ${_m})")
+  string(REPLACE ";" ", " _m "${_lockstep_cuda_missing}")
+  set(LOCKSTEP_CUDA_STATUS " (nccl and CUDA off: ${_m})")
 endif()
 # The subdirectories test LOCKSTEP_CUDA as a boolean: AUTO resolved to ON or OFF.
 set(LOCKSTEP_CUDA ${LOCKSTEP_HAVE_CUDA})

@@ -17,7 +17,11 @@ using namespace lockstep::comm::cuda;
 
 namespace {
 
-Stream stream(intptr_t id) { return reinterpret_cast<Stream>(id); }
+// Streams and events are addresses in one array, their index the id the log prints.
+char g_ids[64];
+void* handle(intptr_t id) { return &g_ids[id]; }
+intptr_t id_of(const void* p) { return static_cast<const char*>(p) - g_ids; }
+Stream stream(intptr_t id) { return handle(id); }
 
 // Events are numbered 1, 2, ...; an event "passes" when the test says so (complete()).
 class FakeOps final : public StreamOps {
@@ -33,13 +37,13 @@ class FakeOps final : public StreamOps {
     const intptr_t e = ++events_;
     passed[e] = false;
     log.push_back("record e" + std::to_string(e) + " on s" + id(s));
-    return reinterpret_cast<Event>(e);
+    return handle(e);
   }
   void wait(Stream s, Event e) override { log.push_back("s" + id(s) + " waits e" + id(e)); }
-  bool query(Event e) override { return passed[reinterpret_cast<intptr_t>(e)]; }
+  bool query(Event e) override { return passed[id_of(e)]; }
   void synchronize(Event e) override {
     ++host_syncs;
-    passed[reinterpret_cast<intptr_t>(e)] = true;
+    passed[id_of(e)] = true;
   }
   void destroy(Event) noexcept override { ++destroyed; }
   void release_after(Event e, std::vector<at::Tensor> ts) noexcept override {
@@ -48,7 +52,7 @@ class FakeOps final : public StreamOps {
   void complete(intptr_t e) { passed[e] = true; }
 
  private:
-  static std::string id(const void* p) { return std::to_string(reinterpret_cast<intptr_t>(p)); }
+  static std::string id(const void* p) { return std::to_string(id_of(p)); }
   intptr_t events_ = 0;
 };
 
@@ -59,7 +63,7 @@ const Stream kCaller = stream(1), kComm = stream(7);
 TEST(CudaStreamWork, OrdersCallerThenCommThenWaiter) {
   auto ops = std::make_shared<FakeOps>();
   StreamWork w(ops, kCaller, kComm, {});
-  w.enqueue([&] { ops->log.push_back("op on s7"); });
+  w.enqueue([&] { ops->log.emplace_back("op on s7"); });
   w.wait(stream(3));  // another stream of the caller's
   w.wait();           // the calling thread's current stream (1)
   const std::vector<std::string> want = {"record e1 on s1", "s7 waits e1", "op on s7",
@@ -96,7 +100,7 @@ TEST(CudaStreamWork, DroppedEarlyHandsTensorsToTheOps) {
     w.enqueue([] {});
   }  // dropped before the op ended
   ASSERT_EQ(ops->pending.size(), 1u);
-  EXPECT_EQ(reinterpret_cast<intptr_t>(ops->pending[0].first), 2) << "released after `done`";
+  EXPECT_EQ(id_of(ops->pending[0].first), 2) << "released after `done`";
   EXPECT_EQ(t.use_count(), uses + 1);
   ops->pending.clear();
   EXPECT_EQ(t.use_count(), uses);
