@@ -4,6 +4,7 @@
 #include <lockstep/error.h>
 
 #include "comm/backends/factories.h"
+#include "comm/store_channel.h"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -11,6 +12,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -63,6 +65,27 @@ bool check_collectives(const InitOptions& o) {
     return v == "1";
   }
   return true;
+}
+
+// LOCKSTEP_DEBUG=DETAIL (any case) turns on the fingerprint check on every backend.
+bool debug_detail(const InitOptions& o) {
+  if (o.detail) return *o.detail;
+  const char* s = env(lockstep::env::kDebug);
+  return s != nullptr && strcasecmp(s, lockstep::env::kDebugDetail) == 0;
+}
+
+Millis stall_warn(const InitOptions& o) {
+  if (o.stall_warn) return *o.stall_warn;
+  if (const char* s = env(lockstep::env::kStallWarnSeconds)) {
+    char* end = nullptr;
+    const double v = std::strtod(s, &end);
+    if (end == s || *end != '\0' || !(v >= 0 && v <= kMaxTimeoutS))
+      throw ConfigError(detail::concat(lockstep::env::kStallWarnSeconds, "='", s,
+                                       "' is not a number of seconds between 0 (never warn) and ",
+                                       kMaxTimeoutS));
+    return Millis(static_cast<int64_t>(v * 1000));
+  }
+  return ProcessGroupOptions{}.stall_warn;
 }
 
 std::string hostname() {
@@ -441,6 +464,25 @@ ProcessGroupOptions group_options(const InitOptions& options) {
   pgo.timeout = default_timeout(options);
   check_timeout(pgo.timeout);
   pgo.check_collectives = check_collectives(options);
+  pgo.detail = debug_detail(options);
+  pgo.stall_warn = stall_warn(options);
+  return pgo;
+}
+
+// Groups whose backend shares no memory get their own connection to rank 0's store for the
+// DETAIL fingerprint check and the stall inspector (keys under prefix + "side/"): a call
+// stuck there never holds up the connection that later groups rendezvous through.
+ProcessGroupOptions with_side_store(ProcessGroupOptions pgo, const std::string& backend,
+                                    const LaunchEnv& e, const std::string& prefix) {
+  if (backend == "shm" || e.world_size == 1 || (!pgo.detail && pgo.stall_warn.count() == 0))
+    return pgo;
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(e.master_port);
+  o.isServer = false;
+  o.waitWorkers = false;
+  o.timeout = std::min<Millis>(pgo.timeout, std::chrono::seconds(30));
+  auto store = c10::make_intrusive<c10d::TCPStore>(e.master_addr, o);
+  pgo.side_store = std::make_shared<StoreChannel>(std::move(store), prefix + "side/");
   return pgo;
 }
 
@@ -485,7 +527,7 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   const std::string prefix = next_prefix();
   StorePtr store = shared_store(e, pgo.timeout);
   const auto hosts = join(store, prefix, e, pgo.timeout);
-  return make_group(backend, store, prefix, e, hosts, pgo);
+  return make_group(backend, store, prefix, e, hosts, with_side_store(pgo, backend, e, prefix));
 }
 
 std::shared_ptr<ProcessGroup> init_split(int color, const InitOptions& options) {
@@ -516,8 +558,9 @@ std::shared_ptr<ProcessGroup> init_split(int color, const InitOptions& options) 
     hosts.push_back(host);
     ++sub.world_size;
   }
-  return make_group(backend, store, prefix + "color" + std::to_string(color) + "/", sub, hosts,
-                    pgo);
+  const std::string sub_prefix = prefix + "color" + std::to_string(color) + "/";
+  return make_group(backend, store, sub_prefix, sub, hosts,
+                    with_side_store(pgo, backend, sub, sub_prefix));
 }
 
 }  // namespace lockstep::comm

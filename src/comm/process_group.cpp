@@ -1,5 +1,8 @@
 #include <lockstep/comm/process_group.h>
 
+#include "comm/op_fingerprint.h"
+#include "comm/stall_inspector.h"
+#include "comm/store_channel.h"
 #include "comm/validate.h"
 
 #include <ATen/ATen.h>
@@ -16,9 +19,60 @@ ProcessGroup::ProcessGroup(std::unique_ptr<Backend> backend, ProcessGroupOptions
       size_(backend_->size()) {
   link_->group = this;
   thread_ = std::thread([this] { comm_loop(); });
+  start_inspector();
+}
+
+namespace {
+bool is_collective(OpKind k) { return k != OpKind::Send && k != OpKind::Recv; }
+}  // namespace
+
+void ProcessGroup::start_inspector() {
+  StallInspector::Config c;
+  c.rank = rank_;
+  c.size = size_;
+  c.warn_s = std::chrono::duration<double>(options_.stall_warn).count();
+  c.timeout_s = std::chrono::duration<double>(options_.timeout).count();
+  // Through a link of its own (Work handles hold link_ while they run an op): the
+  // inspector's thread may outlive the group (stuck in a store call).
+  inspector_link_->group = this;
+  c.local = [link = inspector_link_]() -> std::optional<RankActivity> {
+    std::lock_guard<std::mutex> l(link->mu);
+    if (!link->group) return std::nullopt;
+    return link->group->activity();
+  };
+  if (!backend_->last_entered().empty()) {
+    c.peers = [b = backend_.get()] { return b->last_entered(); };
+  } else {
+    c.store = options_.side_store;
+  }
+  inspector_ = std::make_unique<StallInspector>(std::move(c));
+}
+
+void ProcessGroup::entered_locked(const OpDesc& d, Clock::time_point now) {
+  if (!is_collective(d.kind)) return;
+  last_entered_ = d;
+  entered_at_ = now;
+  in_collective_ = true;
+}
+
+RankActivity ProcessGroup::activity() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  RankActivity a;
+  a.known = true;
+  a.last = last_entered_;
+  a.in_op_known = true;
+  a.in_op = in_collective_;
+  if (last_entered_.seq != 0)
+    a.since_s = std::chrono::duration<double>(Clock::now() - entered_at_).count();
+  return a;
 }
 
 ProcessGroup::~ProcessGroup() {
+  {
+    std::lock_guard<std::mutex> l(inspector_link_->mu);
+    inspector_link_->group = nullptr;
+  }
+  inspector_.reset();
   {
     std::lock_guard<std::mutex> l(link_->mu);
     link_->group = nullptr;
@@ -80,6 +134,7 @@ void ProcessGroup::comm_loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       running_ = false;
+      in_collective_ = false;
       cv_.wait(lock, [&] { return !running_here_ && (stopping_ || !queue_.empty()); });
       if (queue_.empty()) {
         exited_ = true;
@@ -94,7 +149,9 @@ void ProcessGroup::comm_loop() {
         continue;
       }
       running_ = true;
-      running_deadline_ = Clock::now() + task.timeout;
+      const Clock::time_point now = Clock::now();
+      running_deadline_ = now + task.timeout;
+      entered_locked(task.desc, now);
     }
     run_task(task);
   }
@@ -111,11 +168,13 @@ void ProcessGroup::run_here(Work& w) {
     queue_.pop_front();
     running_here_ = true;
     here_thread_ = std::this_thread::get_id();
+    entered_locked(task.desc, Clock::now());
   }
   run_task(task);
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_here_ = false;
+    in_collective_ = false;
     here_thread_ = std::thread::id();
   }
   cv_.notify_all();  // the comm thread may take the ops queued behind it
@@ -130,11 +189,16 @@ void ProcessGroup::run_task(Task& task) {
   task.work->mark_started();
   std::exception_ptr err;
   try {
-    const bool collective = task.desc.kind != OpKind::Send && task.desc.kind != OpKind::Recv;
     // Composites are checked here even on shm: their fingerprint is ours to compare.
-    if (collective && options_.check_collectives && size_ > 1 &&
-        (!backend_->checks_descriptors() || task.desc.kind == OpKind::Composite)) {
-      check_descriptor(ctx);
+    const bool backend_checks =
+        backend_->checks_descriptors() && task.desc.kind != OpKind::Composite;
+    if (is_collective(task.desc.kind) && size_ > 1 && !backend_checks &&
+        (options_.check_collectives || options_.detail)) {
+      if (options_.detail && options_.side_store) {
+        check_through_store(ctx);
+      } else {
+        check_descriptor(ctx);
+      }
     }
     task.run(ctx);
     task.work->finish();
@@ -161,6 +225,7 @@ void ProcessGroup::run_task(Task& task) {
 void ProcessGroup::fail_locked(std::exception_ptr err) {
   if (broken_) return;
   broken_ = std::move(err);
+  broken_flag_.store(true, std::memory_order_release);
   backend_->abort();
 }
 
@@ -177,24 +242,17 @@ bool ProcessGroup::broken() const {
   return broken_ != nullptr;
 }
 
-// One small allgather of every rank's descriptor, so that ranks that disagree on
-// the collective fail with a clear message instead of exchanging garbage.
+// One small allgather of every rank's fingerprint, so that ranks that disagree on the
+// collective fail with a clear message instead of exchanging garbage.
 void ProcessGroup::check_descriptor(const OpContext& ctx) {
   const OpDesc& d = ctx.desc;
-  constexpr int kFields = 7;
-  auto mine = at::empty({kFields}, at::kLong);
-  auto* m = mine.data_ptr<int64_t>();
-  m[0] = static_cast<int64_t>(d.kind);
-  m[1] = static_cast<int64_t>(d.seq);
-  m[2] = d.numel;
-  m[3] = static_cast<int64_t>(d.dtype);
-  m[4] = static_cast<int64_t>(d.op);
-  m[5] = d.root;
-  m[6] = d.fingerprint;
-  auto all = at::empty({static_cast<int64_t>(kFields) * size_}, at::kLong);
+  const PackedOp packed = pack_op(d);
+  auto mine = at::empty({kFingerprintWords}, at::kLong);
+  std::copy(packed.begin(), packed.end(), mine.data_ptr<int64_t>());
+  auto all = at::empty({static_cast<int64_t>(kFingerprintWords) * size_}, at::kLong);
   OpContext check = ctx;
   check.desc.kind = OpKind::Allgather;
-  check.desc.numel = kFields;
+  check.desc.numel = kFingerprintWords;
   check.desc.dtype = at::kLong;
   try {
     backend_->allgather(all, mine, check);
@@ -204,22 +262,56 @@ void ProcessGroup::check_descriptor(const OpContext& ctx) {
     c.peer = e.context().peer;
     throw CommError(e.kind(), c, e.detail());
   }
+  // Every rank compares every rank with rank 0, so all raise the same message.
   const auto* a = all.data_ptr<int64_t>();
-  for (int r = 0; r < size_; ++r) {
-    const int64_t* o = a + static_cast<ptrdiff_t>(r) * kFields;
-    if (std::equal(o, o + kFields, m)) continue;
-    OpDesc theirs;
-    theirs.kind = static_cast<OpKind>(o[0]);
-    theirs.seq = static_cast<uint64_t>(o[1]);
-    theirs.numel = o[2];
-    theirs.dtype = static_cast<at::ScalarType>(o[3]);
-    theirs.op = static_cast<ReduceOp>(o[4]);
-    theirs.root = static_cast<int>(o[5]);
-    theirs.fingerprint = o[6];
+  const OpDesc leader = unpack_op(a);
+  for (int r = 1; r < size_; ++r) {
+    const OpDesc theirs = unpack_op(a + static_cast<ptrdiff_t>(r) * kFingerprintWords);
+    if (same_fingerprint(leader, theirs)) continue;
     CommContext c = context_for(d);
-    c.peer = r;
-    throw CommError(CommError::Kind::Mismatch, c, describe_mismatch(rank_, d, r, theirs));
+    c.peer = rank_ == r ? 0 : r;
+    throw CommError(CommError::Kind::Mismatch, c, describe_mismatch(0, leader, r, theirs));
   }
+}
+
+// LOCKSTEP_DEBUG=DETAIL on a group with a side store: the same check, through the store
+// (exchange_fingerprints), so the backend carries nothing but the op itself.
+void ProcessGroup::check_through_store(const OpContext& ctx) {
+  const OpDesc& d = ctx.desc;
+  const auto stop = [this] { return broken_flag_.load(std::memory_order_acquire); };
+  FingerprintVerdict v;
+  try {
+    v = exchange_fingerprints(*options_.side_store, rank_, size_, d, ctx.deadline, stop);
+  } catch (const std::exception& e) {
+    throw CommError(CommError::Kind::Failed, op_context(*backend_, d, &ctx),
+                    detail::concat("the fingerprint check through the rendezvous store failed "
+                                   "(LOCKSTEP_DEBUG=DETAIL): ",
+                                   e.what()));
+  }
+  CommContext c = op_context(*backend_, d, &ctx);
+  using S = FingerprintVerdict::Status;
+  switch (v.status) {
+    case S::Agree:
+      return;
+    case S::Mismatch:
+      c.peer = rank_ == v.rank ? 0 : v.rank;
+      throw CommError(CommError::Kind::Mismatch, c,
+                      describe_mismatch(0, v.leader, v.rank, v.other));
+    case S::Stopped:
+      throw CommError(CommError::Kind::Aborted, c, "the group was aborted");
+    case S::Missing:
+      break;
+  }
+  std::string list;
+  for (int r : v.missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+  c.peer = v.missing.empty() ? 0 : v.missing[0];
+  throw CommError(CommError::Kind::Timeout, c,
+                  v.missing.empty()
+                      ? detail::concat("every rank entered ", describe_op(d),
+                                       " but rank 0 published no verdict on their fingerprints "
+                                       "(LOCKSTEP_DEBUG=DETAIL)")
+                      : detail::concat("rank(s) ", list, " never entered ", describe_op(d),
+                                       " (LOCKSTEP_DEBUG=DETAIL's fingerprint check)"));
 }
 
 WorkPtr ProcessGroup::allreduce(at::Tensor& t, const AllreduceOptions& o) {

@@ -1,7 +1,5 @@
 #include "comm/validate.h"
 
-#include <sstream>
-
 namespace lockstep::comm {
 
 void validate_tensor(const at::Tensor& t, const char* op) {
@@ -44,29 +42,6 @@ void validate_multiple(const at::Tensor& t, int64_t expected, const char* op, co
   if (t.numel() != expected)
     throw InvalidArgument(detail::concat(op, ": ", name, " has ", t.numel(), " elements, expected ",
                                          formula, " = ", expected));
-}
-
-std::string describe_mismatch(int rank, const OpDesc& mine, int other, const OpDesc& theirs) {
-  auto one = [](int r, const OpDesc& d) {
-    std::ostringstream os;
-    os << "rank " << r << " issued " << op_kind_name(d.kind);
-    if (d.kind != OpKind::Barrier)
-      os << " of " << d.numel << " " << dtype_name(d.dtype) << " elements";
-    if (d.kind == OpKind::Allreduce || d.kind == OpKind::ReduceScatter)
-      os << " (" << reduce_op_name(d.op) << ")";
-    if (d.kind == OpKind::Broadcast) os << " from root " << d.root;
-    return os.str();
-  };
-  std::ostringstream os;
-  os << op_kind_name(mine.kind) << " #" << mine.seq << ": " << one(rank, mine) << ", "
-     << one(other, theirs);
-  if (theirs.seq != mine.seq) os << " as its #" << theirs.seq;
-  if (theirs.fingerprint != mine.fingerprint)
-    os << "; the ranks use different options for it (fingerprint " << mine.fingerprint << " vs "
-       << theirs.fingerprint << ", e.g. different LOCKSTEP_COMPRESSION_* settings)";
-  os << " (every rank must issue the same collectives, in the same order, with the same sizes "
-        "and dtypes)";
-  return os.str();
 }
 
 }  // namespace lockstep::comm

@@ -15,8 +15,5 @@ void validate_reduce(const at::Tensor& t, ReduceOp r, const char* op);
 void validate_rank(int r, int size, const char* what);
 void validate_multiple(const at::Tensor& t, int64_t expected, const char* op, const char* name,
                        const char* formula);
-// "allreduce #12: rank 0 issued allreduce of 1000 float32 elements (sum), rank 1 issued
-// allreduce of 999 float32 elements (sum) (every rank must issue ...)"
-std::string describe_mismatch(int rank, const OpDesc& mine, int other, const OpDesc& theirs);
 
 }  // namespace lockstep::comm

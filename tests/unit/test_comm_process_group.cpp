@@ -3,7 +3,7 @@
 #include <lockstep/comm/process_group.h>
 #include <algorithm>
 
-#include "comm/validate.h"
+#include "comm/op_fingerprint.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -252,9 +252,9 @@ TEST(ProcessGroup, DescriptorCheckNamesTheDifferingRank) {
   OpDesc b = a;
   b.numel = 999;
   EXPECT_EQ(describe_mismatch(0, a, 1, b),
-            "allreduce #4: rank 0 issued allreduce of 1000 float32 elements (sum), rank 1 issued "
-            "allreduce of 999 float32 elements (sum) (every rank must issue the same collectives, "
-            "in the same order, with the same sizes and dtypes)");
+            "rank 0 entered allreduce #4 (float32, 1000, sum) but rank 1 entered allreduce #4 "
+            "(float32, 999, sum) (every rank must issue the same collectives, in the same order, "
+            "with the same sizes, dtypes and roots)");
 }
 
 }  // namespace

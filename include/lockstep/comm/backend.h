@@ -72,6 +72,13 @@ class Backend {
     return {};
   }
 
+  // The last collective each rank has entered, where the transport shows it without any
+  // communication (shm: the descriptors every rank posts in the segment), indexed by rank
+  // (seq 0: none yet); empty where it does not. For the stall inspector: called from its
+  // thread while ops run, so it must be thread-safe and cheap, and never throw. What it
+  // returns for this rank itself is not used (the group knows better).
+  virtual std::vector<OpDesc> last_entered() const { return {}; }
+
   // Called once from another thread when the group is being torn down after an
   // error or timeout: wake anything blocked so the comm thread can exit. Must be
   // async-signal-agnostic and never throw.

@@ -17,6 +17,8 @@ struct InitOptions {
   // Default timeout of every op; LOCKSTEP_TIMEOUT_S overrides the default.
   std::optional<Millis> timeout;
   std::optional<bool> check_collectives;  // LOCKSTEP_CHECK_COLLECTIVES=0|1
+  std::optional<bool> detail;             // LOCKSTEP_DEBUG=DETAIL (docs/debugging.md)
+  std::optional<Millis> stall_warn;       // LOCKSTEP_STALL_WARN_S (0: never warn)
   std::optional<LaunchEnv> env;           // default: LaunchEnv::from_environment()
 };
 

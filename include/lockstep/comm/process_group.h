@@ -19,6 +19,7 @@
 #include <lockstep/comm/types.h>
 #include <lockstep/comm/work.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -29,12 +30,28 @@
 
 namespace lockstep::comm {
 
+class StoreChannel;    // internal: src/comm/store_channel.h
+class StallInspector;  // internal: src/comm/stall_inspector.h
+struct RankActivity;   // internal: src/comm/stall_inspector.h
+
 struct ProcessGroupOptions {
   // Default timeout of every op (LOCKSTEP_TIMEOUT_S overrides it in init()).
   Millis timeout{std::chrono::seconds(300)};
-  // Compare each collective's descriptor across ranks before running it. Free on
-  // shm; one small allgather per op on gloo/mpi (LOCKSTEP_CHECK_COLLECTIVES=0 turns it off).
+  // Compare each collective's fingerprint (op, seq, count, dtype, reduce op, root) across
+  // ranks before running it. Free on shm (always on there); one small allgather per op on
+  // gloo/mpi (LOCKSTEP_CHECK_COLLECTIVES=0 turns it off).
   bool check_collectives = true;
+  // LOCKSTEP_DEBUG=DETAIL: check every collective whatever check_collectives says, through
+  // the rendezvous store where the group has `side_store` (gloo), else by the allgather.
+  bool detail = false;
+  // LOCKSTEP_STALL_WARN_S: once a collective has waited this long for ranks that have not
+  // entered it, rank 0 prints them and what each last entered, and repeats at this
+  // interval (docs/debugging.md). 0 = never.
+  Millis stall_warn{std::chrono::seconds(60)};
+  // Set by init() on backends without shared memory (gloo): the group's keys in the
+  // rendezvous store, over a connection of their own. Null: none (then DETAIL checks by
+  // allgather and the stall inspector shows this rank's own view only).
+  std::shared_ptr<StoreChannel> side_store;
 };
 
 class ProcessGroup {
@@ -116,6 +133,11 @@ class ProcessGroup {
   // idle (Work::wait's fast path: no hand-off to the comm thread and back).
   void run_here(Work& w);
   void check_descriptor(const OpContext& ctx);
+  void check_through_store(const OpContext& ctx);
+  // Collectives only: this rank's last one, for the stall inspector.
+  void entered_locked(const OpDesc& d, Clock::time_point now);
+  RankActivity activity() const;
+  void start_inspector();
   Millis resolve(Millis t) const { return t.count() > 0 ? t : options_.timeout; }
   CommContext context_for(const OpDesc& d) const;
 
@@ -135,8 +157,12 @@ class ProcessGroup {
   bool running_here_ = false;    // a waiting thread has one (run_here)
   std::thread::id here_thread_;  // ... and this is that thread
   Clock::time_point running_deadline_;
-  uint64_t next_seq_ = 1;      // collectives
-  std::exception_ptr broken_;  // first failure; later ops fail with it
+  uint64_t next_seq_ = 1;                 // collectives
+  std::exception_ptr broken_;             // first failure; later ops fail with it
+  std::atomic<bool> broken_flag_{false};  // == (broken_ != nullptr), read without mu_
+  OpDesc last_entered_;                   // the last collective this rank entered (seq 0: none)
+  Clock::time_point entered_at_;          // ... when
+  bool in_collective_ = false;            // ... and whether it is still running
   std::thread thread_;
   // Lets Work handles break this group after a timeout, even if they outlive it.
   struct Link {
@@ -144,6 +170,8 @@ class ProcessGroup {
     ProcessGroup* group = nullptr;
   };
   std::shared_ptr<Link> link_ = std::make_shared<Link>();
+  std::shared_ptr<Link> inspector_link_ = std::make_shared<Link>();  // never held during an op
+  std::unique_ptr<StallInspector> inspector_;
 };
 
 }  // namespace lockstep::comm

@@ -1,7 +1,7 @@
 // The shm backend: rendezvous, descriptor checks, progress counters, barrier, abort.
 // The data-moving algorithms live one per file (allreduce_shm.cpp, ...).
 #include "comm/backends/shm/shm_backend.h"
-#include "comm/validate.h"
+#include "comm/op_fingerprint.h"
 
 #include <lockstep/error.h>
 
@@ -247,6 +247,20 @@ void ShmBackend::wait_all(Waiter& w, uint64_t target) const {
 
 void ShmBackend::barrier(const OpContext& ctx) {
   begin(OpKind::Barrier, 0, at::kFloat, ReduceOp::Sum, -1, ctx);  // the descriptor round is one
+}
+
+std::vector<OpDesc> ShmBackend::last_entered() const {
+  std::vector<OpDesc> out(size_);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;  // our own slots are being written by our comm thread
+    // A rank's newest descriptor is the slot with the larger sequence number. The copy may
+    // be torn if that rank is posting its next op right now; the inspector reports only a
+    // state that stayed the same for warn/4 seconds, which a rank in motion does not.
+    const WireDesc a = seg_.info(r).desc[0];
+    const WireDesc b = seg_.info(r).desc[1];
+    out[r] = from_wire(a.seq >= b.seq ? a : b);
+  }
+  return out;
 }
 
 void ShmBackend::abort() noexcept {

@@ -74,6 +74,7 @@ class ShmBackend final : public Backend {
   void barrier(const OpContext& ctx) override;
   at::Tensor alloc_shared(int64_t numel, at::ScalarType dtype, const OpContext& ctx) override;
   void abort() noexcept override;
+  std::vector<OpDesc> last_entered() const override;
 
   // ---- used by the per-algorithm files (allreduce_shm.cpp, ...) ----
   // Starts a collective: builds the Waiter, posts and checks the descriptor. With a
