@@ -109,13 +109,21 @@ class NcclBackend final : public Backend {
     scratch_ = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA, device_));
   }
 
+  // A healthy communicator is finalized (bounded: a peer that is gone cannot hold the
+  // destructor up for more than kFinalize), then destroyed; else aborted.
   ~NcclBackend() override {
-    if (!comm_) return;
-    if (broken_) {
-      ncclCommAbort(comm_);
-      return;
+    if (!comm_) return;  // aborted by raise()
+    ncclResult_t st = ncclCommFinalize(comm_);
+    const auto until = Clock::now() + kFinalize;
+    while (st == ncclSuccess || st == ncclInProgress) {
+      if (ncclCommGetAsyncError(comm_, &st) != ncclSuccess || st == ncclSuccess) break;
+      if (Clock::now() >= until) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
-    ncclCommDestroy(comm_);
+    if (st == ncclSuccess)
+      ncclCommDestroy(comm_);
+    else
+      ncclCommAbort(comm_);
   }
 
   std::string name() const override { return "nccl"; }
@@ -167,10 +175,13 @@ class NcclBackend final : public Backend {
   }
 
   void send(const at::Tensor& t, int dst, int tag, const OpContext& ctx) override {
-    at::Tensor copy = t;  // run_inout stages CPU tensors; the source itself is not written
-    run_inout(copy, ctx, [&](void* p, int64_t n) {
-      return ncclSend(p, size_t(n), nccl_type(t.scalar_type()), dst, comm_, s());
-    });
+    at::Tensor src = t;  // only read: no copy back into a staged CPU tensor
+    run_inout(
+        src, ctx,
+        [&](void* p, int64_t n) {
+          return ncclSend(p, size_t(n), nccl_type(t.scalar_type()), dst, comm_, s());
+        },
+        /*write_back=*/false);
   }
 
   void recv(at::Tensor& t, int src, int tag, const OpContext& ctx) override {
@@ -199,12 +210,12 @@ class NcclBackend final : public Backend {
   }
 
   template <typename F>
-  void run_inout(at::Tensor& t, const OpContext& ctx, F&& f) {
+  void run_inout(at::Tensor& t, const OpContext& ctx, F&& f, bool write_back = true) {
     if (t.numel() == 0) return;
     c10::cuda::CUDAStreamGuard guard(stream_);  // staging copies go on the comm stream
     at::Tensor d = on_device(t);
     issue(ctx, [&] { return f(d.data_ptr(), d.numel()); });
-    if (!d.is_same(t)) t.copy_(d);
+    if (write_back && !d.is_same(t)) t.copy_(d);
   }
 
   template <typename F>
@@ -291,6 +302,8 @@ class NcclBackend final : public Backend {
     if (comm_ && !broken_.exchange(true)) ncclCommAbort(comm_), comm_ = nullptr;
     throw CommError(kind, op_context(*this, ctx.desc, &ctx), msg);
   }
+
+  static constexpr Millis kFinalize{10000};
 
   const int rank_, size_, device_;
   const c10::cuda::CUDAStream stream_;
