@@ -5,6 +5,7 @@
 #include <ctsm/workload.h>
 #include <lockstep/data/data_error.h>
 #include <lockstep/launch/cli.h>
+#include <lockstep/launch/error_file.h>
 #include <lockstep/train/config.h>
 #include <lockstep/train/trainer.h>
 
@@ -37,12 +38,16 @@ int main(int argc, char** argv) {
     setup.config.run.assume_yes = yes;
     return Trainer(std::move(setup), opt).run();
   } catch (const lockstep::ConfigError& e) {
+    // Also in this rank's error file, which lockstep-run's failure summary prints.
+    lockstep::launch::record_error(std::string("config error: ") + e.what());
     std::cerr << "lockstep-train: config error: " << e.what() << "\n";
     return kExitConfig;
   } catch (const lockstep::data::DataError& e) {
+    lockstep::launch::record_error(std::string("data error: ") + e.what());
     std::cerr << "lockstep-train: data error: " << e.what() << "\n";
     return kExitError;
   } catch (const std::exception& e) {
+    lockstep::launch::record_error(e.what());
     std::cerr << "lockstep-train: " << e.what() << "\n";
     return kExitError;
   }
