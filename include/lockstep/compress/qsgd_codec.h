@@ -23,6 +23,15 @@
 // so that it decodes to NaN everywhere and the receiver can tell, without a side channel;
 // encode() returns the index of the first such bucket so the caller can raise an error
 // naming the layer (NonFiniteGradient). Nothing is silently averaged away.
+// Extremes: a bucket whose range max - min overflows float gets unit = FLT_MAX; one whose
+// unit is subnormal has its inverse clamped to FLT_MAX; codes never exceed 2^bits - 1 (the
+// scaled value is clamped in float before conversion); a min of -0 is stored as +0.
+// Subnormal inputs are ordinary values (no flush to zero unless the caller's thread set
+// the CPU's FTZ/DAZ flags).
+//
+// Speed: the kernels run on the widest SIMD path this CPU has (AVX-512, AVX2, or the
+// baseline), chosen once per process; LOCKSTEP_CODEC_ISA=generic|avx2|avx512 or
+// set_codec_isa() pick one. Every path writes the same bytes (docs/compression.md).
 //
 // The byte layout is in docs/wire-format.md; both sides compute sizes from (n, options),
 // so no header travels. All functions are pure and thread-safe.
@@ -35,6 +44,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lockstep::compress {
 
@@ -86,6 +96,13 @@ int64_t decode_add(const uint8_t* in, int64_t n, const CodecOptions& o, float* a
 inline double unit_for(double lo, double hi, int bits) {
   return (hi - lo) / double((1 << bits) - 1);
 }
+
+// The codec's SIMD path in use ("avx512", "avx2" or "generic"); the paths this build has
+// and this CPU runs, best first; and a switch to one of them (process-wide, for tests and
+// benchmarks; InvalidArgument naming the available ones otherwise).
+std::string codec_isa();
+std::vector<std::string> codec_isas();
+void set_codec_isa(const std::string& name);
 
 // True if all of x[0, n) is finite (vectorized scan).
 bool all_finite(const float* x, int64_t n);
