@@ -21,6 +21,21 @@ constexpr int64_t kMaxRounds = 16;  // pipeline rounds per call, at most
 
 char* bytes_of(at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
+// Adds the lifetime of the scope to `acc` (AllreduceStats::seconds).
+class PhaseClock {
+ public:
+  explicit PhaseClock(double& acc) : acc_(acc), t0_(std::chrono::steady_clock::now()) {}
+  ~PhaseClock() {
+    acc_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+  PhaseClock(const PhaseClock&) = delete;
+  PhaseClock& operator=(const PhaseClock&) = delete;
+
+ private:
+  double& acc_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
 // dtype <-> float32 for the owner's accumulator.
 void load_float(const at::Tensor& flat, int64_t off, int64_t n, float* out) {
   switch (flat.scalar_type()) {
@@ -245,6 +260,7 @@ AllreduceStats CompressedAllreduce::finish() {
                        "): refusing to spread it; check the loss "
                        "scale or learning rate of that layer"));
   }
+  last_stats_.seconds = phases_;  // the call completed: its thread(s) are done with phases_
   return last_stats_;
 }
 
@@ -306,12 +322,16 @@ struct CompressedAllreduce::RoundProgress {
 
 void CompressedAllreduce::exchange(comm::Backend& be, const comm::OpContext& ctx, at::Tensor& flat,
                                    bool average, uint64_t step) {
+  phases_ = AllreduceStats::Phases{};
   const Call call = start_call(be, ctx, flat, average, step);
   if (call.P == 1) {  // nothing crosses a link: no quantization, only the NaN/Inf check
     check_finite_local(call);
     return;
   }
-  if (plain_elems_ > 0) allreduce_plain(be, call);     // 1. plain layers, one allreduce
+  if (plain_elems_ > 0) {  // 1. plain layers, one allreduce
+    PhaseClock clock(phases_.plain);
+    allreduce_plain(be, call);
+  }
   if (slot_bytes_ > 0) exchange_compressed(be, call);  // 2.-4. the compressed layers
   if (plain_elems_ > 0) place_plain(call);             // 5. plain layers back into place
 }
@@ -430,17 +450,23 @@ void CompressedAllreduce::run_pipelined(comm::Backend& be, const Call& call) {
   helper_->wait();  // rethrows the helper's failure, if any
 }
 
+// The transfers' wait for the codec, timed (AllreduceStats::seconds.transfer_wait).
+bool CompressedAllreduce::await_codec(RoundProgress& progress, const int& done, int target) {
+  PhaseClock clock(phases_.transfer_wait);
+  return progress.await(done, target);
+}
+
 // The composite's side of the pipeline: each round's transfer once its input is ready.
 void CompressedAllreduce::transfer_rounds(comm::Backend& be, const Call& call,
                                           RoundProgress& progress) {
   const int K = rounds();
   for (int c = 0; c < K; ++c) {
-    if (!progress.await(progress.encoded, c + 1)) return;  // the helper failed: wait() says why
+    if (!await_codec(progress, progress.encoded, c + 1)) return;  // helper failed: see wait()
     alltoall_round(be, call, c);
     progress.bump(progress.scattered);
   }
   for (int c = 0; c < K; ++c) {
-    if (!progress.await(progress.reduced, c + 1)) return;
+    if (!await_codec(progress, progress.reduced, c + 1)) return;
     allgather_round(be, call, c);
     progress.bump(progress.gathered);
   }
@@ -472,6 +498,7 @@ void CompressedAllreduce::codec_rounds(const Call& call, RoundProgress& progress
 
 // 2. Round c, quantization #1 of the parts this rank does not own, into their send slots.
 void CompressedAllreduce::encode_round(const Call& call, int c) {
+  PhaseClock clock(phases_.encode);
   const Chunk& ch = chunks_[size_t(c)];
   for (int r = 0; r < call.P; ++r) {
     if (r == call.me) continue;
@@ -501,6 +528,7 @@ void CompressedAllreduce::encode_with_feedback(const Call& call, const Run& run,
 
 // Round c's alltoall: slot r of my send bytes goes to owner r.
 void CompressedAllreduce::alltoall_round(comm::Backend& be, const Call& call, int c) {
+  PhaseClock clock(phases_.alltoall);
   const int64_t slot = chunks_[size_t(c)].slot;
   at::Tensor o = recv_.narrow(0, call.P * call.soff[size_t(c)], call.P * slot);
   at::Tensor i = send_.narrow(0, call.P * call.soff[size_t(c)], call.P * slot);
@@ -510,6 +538,7 @@ void CompressedAllreduce::alltoall_round(comm::Backend& be, const Call& call, in
 // 3. Round c, owner: exact own values (+ residual) + the decoded copies of the others, in
 // rank order, in float32 (averaged if asked). NaN marks turn into NaN sums.
 void CompressedAllreduce::sum_round(const Call& call, int c) {
+  PhaseClock clock(phases_.reduce);
   const Chunk& ch = chunks_[size_t(c)];
   const auto& mine = ch.parts[size_t(call.me)];
   float* acc = acc_.data() + call.aoff[size_t(c)];
@@ -541,6 +570,7 @@ void CompressedAllreduce::sum_round(const Call& call, int c) {
 // 3. Round c, owner: quantization #2 of the sum into my gather slot; with error feedback,
 // the owned part's share of its error, scaled back to a sum term.
 void CompressedAllreduce::reencode_round(const Call& call, int c) {
+  PhaseClock clock(phases_.reencode);
   const auto& mine = chunks_[size_t(c)].parts[size_t(call.me)];
   const float* acc = acc_.data() + call.aoff[size_t(c)];
   uint8_t* out = gather_in_.data_ptr<uint8_t>() + call.soff[size_t(c)];
@@ -561,6 +591,7 @@ void CompressedAllreduce::reencode_round(const Call& call, int c) {
 
 // Round c's allgather: every owner's re-encoded bytes to every rank.
 void CompressedAllreduce::allgather_round(comm::Backend& be, const Call& call, int c) {
+  PhaseClock clock(phases_.allgather);
   const int64_t slot = chunks_[size_t(c)].slot;
   at::Tensor o = gather_out_.narrow(0, call.P * call.soff[size_t(c)], call.P * slot);
   at::Tensor i = gather_in_.narrow(0, call.soff[size_t(c)], slot);
@@ -570,6 +601,7 @@ void CompressedAllreduce::allgather_round(comm::Backend& be, const Call& call, i
 // 4. Round c: every rank (the owner too) decodes every owner's bytes into its buffer, so
 // all replicas hold the same bits.
 void CompressedAllreduce::decode_round(const Call& call, int c) {
+  PhaseClock clock(phases_.decode);
   const Chunk& ch = chunks_[size_t(c)];
   for (int r = 0; r < call.P; ++r) {
     const uint8_t* in =

@@ -78,6 +78,16 @@ struct AllreduceStats {
   int64_t plain_elems = 0;         // values sent uncompressed
   int64_t bytes_sent = 0;          // bytes this rank put on the wire (payload, both phases)
   int64_t bytes_uncompressed = 0;  // what a ring allreduce of the same buffer would send
+  // Where the time of the call went (seconds, this rank; filled in by finish()). Codec phases:
+  // encode (#1), reduce (decode-add of the others' copies, averaging), reencode (#2),
+  // decode; transfers: plain (allreduce of the uncompressed layers), alltoall, allgather
+  // (each includes waiting for the slowest peer); transfer_wait: the transfers waiting for
+  // the codec. Pipelined, the codec runs on the helper thread while the transfers run, so
+  // the phases overlap and add up to more than the call took.
+  struct Phases {
+    double encode = 0, reduce = 0, reencode = 0, decode = 0;
+    double plain = 0, alltoall = 0, allgather = 0, transfer_wait = 0;
+  } seconds;
 };
 
 class CompressedAllreduce {
@@ -181,6 +191,10 @@ class CompressedAllreduce {
   void allgather_round(comm::Backend& be, const Call& call, int c);
   void decode_round(const Call& call, int c);
   void note_bad(int layer);
+  bool await_codec(RoundProgress& progress, const int& done, int target);
+  // Phase times of the call in flight: written by the composite's thread and the helper
+  // (disjoint fields), copied into last_stats_ by finish().
+  AllreduceStats::Phases phases_;
 };
 
 // One-shot convenience: plans, runs, and throws away the plan (tests, benchmarks).
