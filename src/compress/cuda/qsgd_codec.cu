@@ -13,7 +13,8 @@
 // whatever the flags (the file is also compiled with --fmad=false, cmake/Cuda.cmake).
 // min and max of the same set are the same numbers in any order, except for the sign of
 // zero, which both codecs canonicalise (+ 0.0f). The random numbers are rng.h's, shared
-// by both. float -> int truncation follows x86's cvttss2si (out of range: INT_MIN).
+// by both. The scaled value is clamped to the top code in float before its truncation, so
+// no conversion ever sees an out-of-range float.
 #include "compress/cuda/qsgd_kernels.h"
 
 #include <cuda_bf16.h>
@@ -39,13 +40,6 @@ __device__ __forceinline__ void store(float* y, int64_t i, float v) { y[i] = v; 
 __device__ __forceinline__ void store(__half* y, int64_t i, float v) { y[i] = __float2half_rn(v); }
 __device__ __forceinline__ void store(__nv_bfloat16* y, int64_t i, float v) {
   y[i] = __float2bfloat16_rn(v);
-}
-
-// x86-64's float -> int32 truncation (what the CPU codec's int(t) compiles to): NaN and
-// values out of range give INT_MIN, where CUDA's own conversion would saturate. Only a
-// bucket whose range overflowed float (unit clamped to FLT_MAX) gets such a t.
-__device__ __forceinline__ int trunc_x86(float t) {
-  return (t < 2147483648.0f && t > -2147483649.0f) ? __float2int_rz(t) : INT_MIN;
 }
 
 __device__ __forceinline__ void put_f32(uint8_t* p, float v) {
@@ -132,7 +126,8 @@ __global__ void encode_kernel(const T* x, int64_t n, int64_t B, int64_t nb, bool
     const float lo = __fadd_rn(r.lo, 0.0f), hi = __fadd_rn(r.hi, 0.0f);  // -0 -> +0
     float unit = __fdiv_rn(__fsub_rn(hi, lo), float(kTop));
     if (!(unit <= FLT_MAX)) unit = FLT_MAX;
-    const float inv = unit > 0.0f ? __fdiv_rn(1.0f, unit) : 0.0f;
+    float inv = unit > 0.0f ? __fdiv_rn(1.0f, unit) : 0.0f;
+    if (!(inv <= FLT_MAX)) inv = FLT_MAX;  // subnormal unit
     if (threadIdx.x == 0) put_f32(out + j * 8, lo), put_f32(out + j * 8 + 4, unit);
     const uint64_t bkey = rng::bucket_key(key, first_bucket + uint64_t(j));
     for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
@@ -140,10 +135,10 @@ __global__ void encode_kernel(const T* x, int64_t n, int64_t B, int64_t nb, bool
       for (int k = 0; k < 8; ++k) {
         const int64_t i = g * 8 + k;
         if (i >= len) break;  // the last group is completed with zero codes
-        const float t = __fmul_rn(__fsub_rn(load(xb, i), lo), inv);
         const float u = stochastic ? rng::uniform(bkey, uint32_t(i)) : 0.5f;
-        const int c = trunc_x86(__fadd_rn(t, u));
-        w |= uint64_t(uint8_t(c < kTop ? c : kTop)) << (k * BITS);
+        float t = __fadd_rn(__fmul_rn(__fsub_rn(load(xb, i), lo), inv), u);
+        t = t < float(kTop) ? t : float(kTop);  // clamped in float, as the CPU codec does
+        w |= uint64_t(__float2int_rz(t)) << (k * BITS);
       }
       for (int b = 0; b < BITS; ++b) codes[g * BITS + b] = uint8_t(w >> (8 * b));
     }
