@@ -18,11 +18,14 @@
 
 // The CUDA codec (src/compress/cuda/) calls these same functions in its kernels, so both
 // codecs draw identical numbers: __host__ __device__ under nvcc, nothing otherwise.
+// Always inlined on the host as well: the CPU codec's AVX2 and AVX-512 kernels call them,
+// and an out-of-line copy compiled with those flags could be the one the linker keeps for
+// every caller (tests/unit: codec_isa_linkage checks the objects).
 #ifndef LOCKSTEP_HOST_DEVICE
 #ifdef __CUDACC__
-#define LOCKSTEP_HOST_DEVICE __host__ __device__
+#define LOCKSTEP_HOST_DEVICE __host__ __device__ __forceinline__
 #else
-#define LOCKSTEP_HOST_DEVICE
+#define LOCKSTEP_HOST_DEVICE __attribute__((always_inline))
 #endif
 #endif
 
