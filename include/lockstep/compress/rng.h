@@ -23,7 +23,7 @@
 // every caller (tests/unit: codec_isa_linkage checks the objects).
 #ifndef LOCKSTEP_HOST_DEVICE
 #ifdef __CUDACC__
-#define LOCKSTEP_HOST_DEVICE __host__ __device__ __forceinline__
+#define LOCKSTEP_HOST_DEVICE __host__ __device__ __attribute__((always_inline))
 #else
 #define LOCKSTEP_HOST_DEVICE __attribute__((always_inline))
 #endif
