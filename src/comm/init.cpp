@@ -481,8 +481,17 @@ ProcessGroupOptions with_side_store(ProcessGroupOptions pgo, const std::string& 
   o.isServer = false;
   o.waitWorkers = false;
   o.timeout = std::min<Millis>(pgo.timeout, std::chrono::seconds(30));
-  auto store = c10::make_intrusive<c10d::TCPStore>(e.master_addr, o);
-  pgo.side_store = std::make_shared<StoreChannel>(std::move(store), prefix + "side/");
+  try {
+    auto store = c10::make_intrusive<c10d::TCPStore>(e.master_addr, o);
+    pgo.side_store = std::make_shared<StoreChannel>(std::move(store), prefix + "side/");
+  } catch (const std::exception& ex) {
+    // Diagnostics only: the group works without them (DETAIL then checks by allgather).
+    std::fprintf(stderr,
+                 "lockstep: warning: rank %d: no second connection to the store at %s:%d for the "
+                 "stall inspector and LOCKSTEP_DEBUG=DETAIL (%s); the stall inspector shows this "
+                 "rank's own waits only\n",
+                 e.rank, e.master_addr.c_str(), e.master_port, ex.what());
+  }
   return pgo;
 }
 

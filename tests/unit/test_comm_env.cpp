@@ -236,6 +236,42 @@ TEST_F(EnvTest, InitRejectsBadSettingsByName) {
   unsetenv("LOCKSTEP_TIMEOUT_S");
 }
 
+// The settings of the fingerprint check and the stall inspector (docs/debugging.md), spelled
+// through env_contract.h as init() reads them.
+TEST_F(EnvTest, DebugDetailAndStallWarnSettings) {
+  namespace n = lockstep::env;
+  for (const char* bad : {"abc", "-1", "1e12", "2s"}) {
+    setenv(n::kStallWarnSeconds, bad, 1);
+    try {
+      lockstep::init();
+      ADD_FAILURE() << "expected ConfigError for " << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(n::kStallWarnSeconds), std::string::npos) << e.what();
+    }
+  }
+  setenv(n::kStallWarnSeconds, "2.5", 1);
+  EXPECT_EQ(lockstep::init()->options().stall_warn.count(), 2500);
+  setenv(n::kStallWarnSeconds, "0", 1);  // never warn
+  EXPECT_EQ(lockstep::init()->options().stall_warn.count(), 0);
+  unsetenv(n::kStallWarnSeconds);
+  EXPECT_EQ(lockstep::init()->options().stall_warn.count(), 60000);
+
+  EXPECT_FALSE(lockstep::init()->options().detail);
+  for (const char* v : {"DETAIL", "detail", "Detail"}) {
+    setenv(n::kDebug, v, 1);
+    EXPECT_TRUE(lockstep::init()->options().detail) << v;
+  }
+  setenv(n::kDebug, "1", 1);  // libtorch's traces only
+  EXPECT_FALSE(lockstep::init()->options().detail);
+  unsetenv(n::kDebug);
+  lockstep::InitOptions o;
+  o.detail = true;
+  o.stall_warn = lockstep::comm::Millis(1500);
+  auto pg = lockstep::init(o);
+  EXPECT_TRUE(pg->options().detail);
+  EXPECT_EQ(pg->options().stall_warn.count(), 1500);
+}
+
 // The proofs of the rendezvous token are HMAC-SHA256: RFC 4231 test cases 1, 2 and 6
 // (a key longer than the 64-byte block is hashed first).
 TEST(RdzvProof, IsHmacSha256) {
