@@ -43,7 +43,7 @@ bool StoreChannel::wait_for(const std::vector<std::string>& keys, Clock::time_po
     if (left.empty()) return true;
     if (Clock::now() >= deadline || (stop && stop())) return false;
     std::this_thread::sleep_for(nap);
-    nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::milliseconds(2));
+    nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::microseconds(250));
   }
 }
 
