@@ -240,6 +240,7 @@ void MpiBackend::await(const Where& w, const char* call, std::vector<MPI_Request
       }
       if (aborted) fail(CommError::Kind::Aborted, w, "the group is being torn down (abort())");
       if (dead >= 0) {
+        mpi::note_broken(/*peer_gone=*/true);  // it will never reach MPI_Finalize
         Where at = w;
         at.peer = dead;
         fail(CommError::Kind::PeerGone, at, dead_what);

@@ -38,10 +38,11 @@ class MpiBackend final : public Backend {
   void send(const at::Tensor& t, int dst, int tag, const OpContext& ctx) override;
   void recv(at::Tensor& t, int src, int tag, const OpContext& ctx) override;
   void barrier(const OpContext& ctx) override;
-  // Also marks the process: at exit, MPI_Abort instead of a blocking MPI_Finalize.
+  // Also marks the process (mpi::note_broken): at exit, MPI_Abort instead of a blocking
+  // MPI_Finalize if it exits non-zero.
   void abort() noexcept override {
     aborted_ = true;
-    mpi::note_broken();
+    mpi::note_broken(false);
   }
 
  private:

@@ -17,6 +17,7 @@ namespace {
 bool g_we_initialized = false;
 std::atomic<bool> g_finalized{false};
 std::atomic<bool> g_broken{false};             // a group of this process failed (note_broken)
+std::atomic<bool> g_peer_gone{false};          // ... because a peer died or stopped
 MPI_Datatype g_half_type = MPI_DATATYPE_NULL;  // 2 contiguous bytes: bfloat16 and float16
 MPI_Op g_ops[2][3] = {{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL},
                       {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}};  // [bf16, f16][sum, max, min]
@@ -64,12 +65,13 @@ void create_types_and_ops() {
 
 // Runs once at exit if lockstep initialized MPI. A group still alive at this
 // point (a static, or exit() from a thread) sees is_finalized() and fails its op.
-// After a failure, MPI_Abort instead: MPI_Finalize would wait for the failed rank.
+// After a failure, MPI_Abort instead (note_broken): MPI_Finalize would wait for the
+// failed rank.
 void finalize_at_exit(int status, void*) {
   std::lock_guard<std::mutex> g(call_lock());
   int done = 0;
   MPI_Finalized(&done);
-  if (!done && g_broken) {
+  if (!done && (g_peer_gone || (g_broken && status != 0))) {
     const int code = status != 0 ? status : 1;
     std::fprintf(stderr,
                  "lockstep: mpi: a communication group of this rank failed; ending the job "
@@ -130,7 +132,10 @@ void ensure_initialized_locked() {
   create_types_and_ops();
 }
 
-void note_broken() noexcept { g_broken = true; }
+void note_broken(bool peer_gone) noexcept {
+  g_broken = true;
+  if (peer_gone) g_peer_gone = true;
+}
 
 bool is_finalized() {
   if (g_finalized) return true;

@@ -42,12 +42,15 @@ void ensure_initialized_locked();
 // True once MPI is finalized (by our exit hook or by the program). Any thread.
 bool is_finalized();
 
-// Records that a group of this process failed (any thread, never throws). At exit, a
-// process with a broken group then calls MPI_Abort(MPI_COMM_WORLD, its exit status or 1)
-// instead of MPI_Finalize: MPI_Finalize synchronizes with every rank and would wait
-// forever for a dead or stopped one; MPI_Abort ends the job on every rank (mpirun kills
-// the others, the stopped one included) and frees MPI's shared-memory segments.
-void note_broken() noexcept;
+// Records that a group of this process failed (any thread, never throws); `peer_gone`:
+// a peer was seen dead or stopped (it will never reach MPI_Finalize). At exit, such a
+// process calls MPI_Abort(MPI_COMM_WORLD, its exit status or 1) instead of MPI_Finalize
+// when a peer was gone, or when any group failed and the program exits non-zero:
+// MPI_Finalize synchronizes with every rank and would wait forever for a dead or stopped
+// one; MPI_Abort ends the job on every rank (mpirun kills the others, the stopped one
+// included) and frees MPI's shared-memory segments. A program that handled a failure and
+// exits 0 (its peers alive, e.g. after a mismatch) still finalizes normally.
+void note_broken(bool peer_gone) noexcept;
 
 // The MPI datatype of one element of `t` (a 2-byte contiguous type for
 // bfloat16/float16). Throws InvalidArgument for dtypes MPI cannot carry.
