@@ -44,21 +44,30 @@ PeerFailure parse_notice(const std::vector<uint8_t>& v, int me) {
 Liveness::Liveness(const StorePtr& store, int rank, int size)
     : st_(std::make_shared<State>()), store_(store), rank_(rank), size_(size) {
   if (size <= 1) return;
-  store->set("pid/" + std::to_string(rank), bytes(detail::concat(::getpid(), " ", machine_id())));
+  // The job's rank 0 hosts the store; in a subgroup it may have another rank, or none.
+  int world_rank = -1;
+  try {
+    world_rank = LaunchEnv::from_environment().rank;
+  } catch (const std::exception&) {
+  }
+  store->set("pid/" + std::to_string(rank),
+             bytes(detail::concat(::getpid(), " ", machine_id(), " ", world_rank)));
   std::vector<std::string> ids(size);
   std::vector<pid_t> pids(size, 0);
   for (int r = 0; r < size; ++r) {
     const auto v = store->get("pid/" + std::to_string(r));
     std::istringstream in(std::string(v.begin(), v.end()));
-    in >> pids[r] >> ids[r];
+    int w = -1;
+    in >> pids[r] >> ids[r] >> w;
+    if (w == 0) store_host_ = r;
   }
   st_->local = LocalPeers(rank, ids, pids, kStale);
-  thread_ = std::thread(run, st_, store, rank, size);
+  thread_ = std::thread(run, st_, store, rank, size, store_host_);
 }
 
 Liveness::~Liveness() {
   if (!thread_.joinable()) return;
-  if (rank_ == 0) linger_for_acks();
+  if (rank_ == store_host_) linger_for_acks();
   std::unique_lock<std::mutex> l(st_->mu);
   st_->stop = true;
   st_->cv.notify_all();
@@ -84,16 +93,18 @@ std::optional<PeerFailure> Liveness::failure() {
     const int r = st_->local.check(&what);
     if (r >= 0) record(*st_, PeerFailure{r, what, false});
   }
-  // The heartbeat thread stuck in a store call: rank 0 (the store) does not answer.
-  if (!st_->failure && rank_ != 0 && thread_.joinable() && !st_->done &&
+  // The heartbeat thread stuck in a store call: the store (the job's rank 0) does not answer.
+  if (!st_->failure && rank_ != store_host_ && thread_.joinable() && !st_->done &&
       Clock::now() - st_->last_round > kStale + kPeriod) {
     const double s = std::chrono::duration<double>(Clock::now() - st_->last_round).count();
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.1f", s);
-    record(*st_, PeerFailure{0,
-                             detail::concat("rank 0's rendezvous store has not answered for ", buf,
-                                            " s: rank 0 is stopped or its node is unreachable"),
-                             true});
+    record(*st_,
+           PeerFailure{store_host_,
+                       detail::concat("the rendezvous store, hosted by the job's rank 0, has "
+                                      "not answered for ",
+                                      buf, " s: rank 0 is stopped or its node is unreachable"),
+                       true});
   }
   return st_->failure;
 }
@@ -141,7 +152,7 @@ void Liveness::linger_for_acks() {
 
 // The heartbeat thread: bump our counter, read the group's notice, check same-machine
 // peers and (rank 0) everyone's counters, every kPeriod until stopped.
-void Liveness::run(std::shared_ptr<State> st, StorePtr store, int rank, int size) {
+void Liveness::run(std::shared_ptr<State> st, StorePtr store, int rank, int size, int store_host) {
   std::map<int, std::pair<int64_t, Clock::time_point>> seen;  // rank 0: last count, when
   bool published = false;
   try {
@@ -186,7 +197,7 @@ void Liveness::run(std::shared_ptr<State> st, StorePtr store, int rank, int size
         {
           std::lock_guard<std::mutex> l(st->mu);
           record(*st, *found);
-          ack = rank != 0 && !st->acked;
+          ack = rank != store_host && !st->acked;
           st->acked = true;
         }
         if (ack) store->add("acked", 1);
@@ -196,18 +207,20 @@ void Liveness::run(std::shared_ptr<State> st, StorePtr store, int rank, int size
     bool ack = false;
     {
       std::lock_guard<std::mutex> l(st->mu);
-      ack = rank != 0 && st->failure && !st->acked;  // found by failure(), not by this thread
+      ack = rank != store_host && st->failure &&
+            !st->acked;  // found by failure(), not by this thread
       st->acked = true;
     }
     if (ack) store->add("acked", 1);  // rank 0 may now close the store
   } catch (const std::exception& e) {
-    // Rank 0 hosts the store: a broken connection means rank 0 is gone.
+    // The job's rank 0 hosts the store: a broken connection means it is gone.
     std::lock_guard<std::mutex> l(st->mu);
-    if (rank != 0 && !st->stop)
-      record(*st, PeerFailure{0,
-                              detail::concat("lost the connection to rank 0's rendezvous store (",
+    if (rank != store_host && !st->stop)
+      record(*st, PeerFailure{store_host,
+                              detail::concat("lost the connection to the rendezvous store (",
                                              first_line(e.what()),
-                                             "): rank 0 exited or its node is unreachable"),
+                                             "): the job's rank 0, which hosts it, exited or its "
+                                             "node is unreachable"),
                               true});
   }
   std::lock_guard<std::mutex> l(st->mu);

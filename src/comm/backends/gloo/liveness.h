@@ -64,12 +64,12 @@ class Liveness {
     Clock::time_point last_round = Clock::now();
     bool acked = false;  // this rank counted itself under "acked" (it knows the failure)
   };
-  static void run(std::shared_ptr<State> st, StorePtr store, int rank, int size);
+  static void run(std::shared_ptr<State> st, StorePtr store, int rank, int size, int store_host);
   static void record(State& st, PeerFailure f);
   // The group's notice, read on the caller's thread (one store request); *store_ok
   // false when the store did not answer.
   std::optional<PeerFailure> read_notice(bool* store_ok);
-  // Rank 0 hosts the store: after a failure it keeps it up (bounded) until the others
+  // The job's rank 0 hosts the store: after a failure it keeps it up (bounded) until the others
   // have read the notice, or they would see only the store vanish and blame rank 0.
   void linger_for_acks();
 
@@ -78,6 +78,7 @@ class Liveness {
   std::thread thread_;
   int rank_;
   int size_;
+  int store_host_ = -1;  // the member that is the job's rank 0 (hosts the store); -1: none
 };
 
 }  // namespace lockstep::comm
