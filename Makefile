@@ -35,7 +35,7 @@ TORCH2_TARGETS := unit_launch unit_comm unit_data unit_ddp unit_compress unit_nu
 TORCH2_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics|cuda|cuda_stream)\.|(collectives|ddp_equivalence|fsdp_equivalence)_(shm|gloo)_np2|mismatch_detected_(shm|gloo)|packaging_(install|consumer_cmake)|tensorboard_reader)
 
 .PHONY: all deps deps-bench deps-torch2 configure build test test-asan test-tsan test-nompi \
-        test-torch2 package lint format demo demo-fashion-mnist bench clean
+        test-torch2 test-python package lint format demo demo-fashion-mnist bench clean
 
 all: build
 
@@ -86,6 +86,14 @@ test-torch2: deps deps-torch2
 	cmake --build build-torch2 -j$(JOBS) --target $(TORCH2_TARGETS)
 	cd build-torch2 && ctest --output-on-failure --timeout 600 -R '$(TORCH2_TESTS)' \
 	  $(CTEST_FLAGS)
+
+# The Python package (python/, docs/python.md) in .venv-bench's torch: pip builds the
+# extension there (scikit-build-core, build dir python/build/, ccache), then pytest runs the
+# "lockstep" torch.distributed backend under torchrun against gloo.
+test-python: deps-torch2
+	$(TORCH2_PY) -m pip install -q scikit-build-core pytest
+	$(TORCH2_PY) -m pip install -q --no-build-isolation --no-deps ./python
+	cd python && $(TORCH2_PY) -m pytest -v -s tests
 
 # build/lockstep_<version>_<arch>.deb (cmake/Package.cmake), from the Debian-libtorch build.
 package: build

@@ -1,0 +1,57 @@
+"""The "lockstep" torch.distributed backend under torchrun (docs/python.md)."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import torchrun
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_collectives_match_gloo(run_ok, nproc):
+    out = run_ok("worker_collectives.py", nproc)
+    assert f"collectives OK on {nproc} ranks" in out
+
+
+@pytest.mark.parametrize("transport", ["shm", "gloo"])
+def test_ddp_matches_gloo(run_ok, transport):
+    out = run_ok("worker_ddp.py", 2, env={"LOCKSTEP_BACKEND": transport})
+    assert out.count("max |param difference|") == 2
+
+
+def test_exit_without_destroy_does_not_hang():
+    start = time.monotonic()
+    rc, out = torchrun("worker_exit.py", 2, timeout=60)
+    print(out, f"exit took {time.monotonic() - start:.1f} s")
+    assert rc == 0, out
+    assert out.count("leaving without destroy_process_group") == 2
+
+
+SINGLE = """
+import torch, torch.distributed as dist, lockstep
+dist.init_process_group("lockstep", store=dist.HashStore(), rank=0, world_size=1)
+"""
+
+
+def python(code, env):
+    full = dict(os.environ)
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", code], env=full, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=60)
+
+
+def test_unknown_transport_raises_value_error_naming_it():
+    p = python(SINGLE, {"LOCKSTEP_BACKEND": "carrier-pigeon"})
+    assert p.returncode != 0
+    assert "ValueError" in p.stdout and "carrier-pigeon" in p.stdout, p.stdout
+    assert "LOCKSTEP_BACKEND" in p.stdout
+
+
+def test_unsupported_reduce_op_is_refused():
+    code = SINGLE + "dist.all_reduce(torch.ones(3), op=dist.ReduceOp.PRODUCT)\n"
+    p = python(code, {"LOCKSTEP_BACKEND": "gloo"})
+    assert p.returncode != 0
+    assert "reduce op not supported" in p.stdout, p.stdout
