@@ -120,11 +120,19 @@ class CaptureStderr {
     ::dup2(::fileno(f), 2);
     std::fclose(f);
   }
+  CaptureStderr(const CaptureStderr&) = delete;
+  CaptureStderr& operator=(const CaptureStderr&) = delete;
+  // Restores stderr if finish() was not called (e.g. an exception): what was captured
+  // must not vanish.
+  ~CaptureStderr() {
+    if (saved_ >= 0) finish();
+  }
   // Restores stderr, echoes what was captured, and returns it.
   std::string finish() {
     std::fflush(stderr);
     ::dup2(saved_, 2);
     ::close(saved_);
+    saved_ = -1;
     std::ifstream in(path_);
     std::stringstream ss;
     ss << in.rdbuf();

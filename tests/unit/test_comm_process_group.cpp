@@ -4,9 +4,11 @@
 #include <algorithm>
 
 #include "comm/op_fingerprint.h"
+#include "comm/store_channel.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <atomic>
 #include <thread>
@@ -255,6 +257,47 @@ TEST(ProcessGroup, DescriptorCheckNamesTheDifferingRank) {
             "rank 0 entered allreduce #4 (float32, 1000, sum) but rank 1 entered allreduce #4 "
             "(float32, 999, sum) (every rank must issue the same collectives, in the same order, "
             "with the same sizes, dtypes and roots)");
+}
+
+// LOCKSTEP_DEBUG=DETAIL with a side store: the group checks through the store instead of
+// the allgather. A thread plays rank 1, entering barrier #2 where this rank enters an
+// allreduce: the group raises Mismatch naming both, and the backend never runs the op.
+TEST(ProcessGroup, DetailChecksThroughTheStore) {
+  struct Unchecked : MirrorBackend {
+    bool checks_descriptors() const override { return false; }
+    void allgather(at::Tensor&, const at::Tensor&, const OpContext&) override { ++allgathers; }
+    int allgathers = 0;
+  };
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  ProcessGroupOptions o;
+  o.check_collectives = false;
+  o.detail = true;
+  o.side_store = std::make_shared<StoreChannel>(store, "g/");
+  auto owned = std::make_unique<Unchecked>();
+  auto* b = owned.get();
+  ProcessGroup pg(std::move(owned), o);
+  std::thread peer([&] {
+    StoreChannel ch(store, "g/");
+    OpDesc first{OpKind::Allreduce, 1, 5, at::kFloat, ReduceOp::Sum, -1, 0};
+    OpDesc second{OpKind::Barrier, 2, 0, at::kByte, ReduceOp::Sum, -1, 0};
+    for (const OpDesc& d : {first, second})
+      exchange_fingerprints(ch, 1, 2, d, Clock::now() + Millis(5000), {});
+  });
+  auto x = at::ones({5});
+  EXPECT_NO_THROW(pg.allreduce(x)->wait());
+  try {
+    pg.allreduce(x)->wait();
+    ADD_FAILURE() << "expected Mismatch";
+  } catch (const CommError& e) {
+    EXPECT_EQ(e.kind(), CommError::Kind::Mismatch);
+    EXPECT_NE(std::string(e.what()).find(
+                  "rank 0 entered allreduce #2 (float32, 5, sum) but rank 1 entered barrier #2"),
+              std::string::npos)
+        << e.what();
+  }
+  peer.join();
+  EXPECT_EQ(b->allgathers, 0);     // no allgather check
+  EXPECT_EQ(b->order.size(), 1u);  // only the agreed op ran
 }
 
 }  // namespace
