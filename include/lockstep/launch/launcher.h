@@ -1,8 +1,10 @@
 // lockstep/launch/launcher.h: running a group of ranks under supervision.
 //
 // run_launcher spawns nproc_per_node ranks, forwards their output with "[rank N] "
-// prefixes, tears the whole group down on the first failure (SIGTERM, then SIGKILL after
-// the grace period), restarts it up to max_restarts times, and returns the exit code main
+// prefixes, tears the whole group down on the first failure (after the notice period, in
+// which the others may exit with their own error; then SIGTERM, then SIGKILL after the
+// grace period), prints a summary naming the rank that failed first with its error file
+// (error_file.h), restarts it up to max_restarts times, and returns the exit code main
 // should use. It never calls exit(). Call it from a single-threaded process: it forks, and
 // it installs handlers for SIGINT, SIGTERM, SIGHUP, SIGCHLD and ignores SIGPIPE while running.
 #pragma once
