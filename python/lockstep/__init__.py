@@ -9,9 +9,11 @@ one node, lockstep's gloo transport otherwise (``LOCKSTEP_BACKEND=auto|shm|gloo`
 See docs/python.md.
 """
 
+import atexit
 import datetime
 import os
 import socket
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -62,7 +64,21 @@ def _create(store, rank, size, timeout):
     else:
         timeout_s = float(timeout) if timeout is not None else 300.0
     transport = transport_for(store, rank, size)
-    return _C._create(store, rank, size, timeout_s, transport)
+    backend = _C._create(store, rank, size, timeout_s, transport)
+    _live.add(backend)
+    return backend
+
+
+# The backends alive now. A program may leave without destroy_process_group(); its groups
+# are then torn down at interpreter exit, while threads can still be joined (C++ static
+# destruction would find lockstep's comm and completion threads still running and abort).
+_live = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown():
+    if len(_live) and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])

@@ -1,6 +1,8 @@
 // python/src/backend.cpp: see backend.h.
 #include "backend.h"
 
+#include <Python.h>
+
 #include <lockstep/comm/launch_env.h>
 #include <lockstep/error.h>
 
@@ -106,8 +108,13 @@ LockstepBackend::~LockstepBackend() {
     stopping_ = true;
   }
   cv_.notify_all();
+  // Python drops the backend with the GIL held, and the completion thread may need it to
+  // release the last reference to a tensor that Python owns: join without it.
+  PyThreadState* saved = nullptr;
+  if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();
   if (completer_.joinable()) completer_.join();
-  group_.reset();
+  group_.reset();  // finishes lockstep's queued work, stops its comm thread
+  if (saved) PyEval_RestoreThread(saved);
 }
 
 void LockstepBackend::completion_loop() {

@@ -36,22 +36,23 @@ dist.init_process_group("lockstep", store=dist.HashStore(), rank=0, world_size=1
 """
 
 
-def python(code, env):
+def python(code, env, tmp_path):
     full = dict(os.environ)
     full.update(env)
+    # not from python/: `import lockstep` must find the installed package, not the sources
     return subprocess.run([sys.executable, "-c", code], env=full, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=60)
+                          stderr=subprocess.STDOUT, text=True, timeout=60, cwd=tmp_path)
 
 
-def test_unknown_transport_raises_value_error_naming_it():
-    p = python(SINGLE, {"LOCKSTEP_BACKEND": "carrier-pigeon"})
+def test_unknown_transport_raises_value_error_naming_it(tmp_path):
+    p = python(SINGLE, {"LOCKSTEP_BACKEND": "carrier-pigeon"}, tmp_path)
     assert p.returncode != 0
     assert "ValueError" in p.stdout and "carrier-pigeon" in p.stdout, p.stdout
     assert "LOCKSTEP_BACKEND" in p.stdout
 
 
-def test_unsupported_reduce_op_is_refused():
+def test_unsupported_reduce_op_is_refused(tmp_path):
     code = SINGLE + "dist.all_reduce(torch.ones(3), op=dist.ReduceOp.PRODUCT)\n"
-    p = python(code, {"LOCKSTEP_BACKEND": "gloo"})
+    p = python(code, {"LOCKSTEP_BACKEND": "gloo"}, tmp_path)
     assert p.returncode != 0
     assert "reduce op not supported" in p.stdout, p.stdout
