@@ -18,7 +18,12 @@ export LOCKSTEP_BACKEND=$backend
 tmp=$(mktemp -d); trap '[[ -n ${KEEP:-} ]] || rm -rf "$tmp"' EXIT
 failures=0; passes=0
 pass() { echo "PASS [$kind] $*"; passes=$((passes + 1)); }
-fail() { echo "FAIL [$kind] $*"; failures=$((failures + 1)); }
+fail() {  # also shows the job's output, once per case, so a rare failure can be read
+  echo "FAIL [$kind] $*"; failures=$((failures + 1))
+  if [[ -n ${out:-} && -f $out && ${shown:-} != "$out" ]]; then
+    sed 's/^/    | /' "$out" | tail -40; shown=$out
+  fi
+}
 shm_list() { ls /dev/shm 2>/dev/null | grep -E '^(lockstep-|vader_segment)' | sort; }
 shm_before=$(shm_list)
 now() { date +%s.%N; }
