@@ -124,7 +124,7 @@ struct Sha256 {
         0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
         0xc67178f2};
     uint32_t w[64];
-    for (int i = 0; i < 16; ++i)
+    for (size_t i = 0; i < 16; ++i)
       w[i] = uint32_t(p[4 * i]) << 24 | uint32_t(p[4 * i + 1]) << 16 | uint32_t(p[4 * i + 2]) << 8 |
              uint32_t(p[4 * i + 3]);
     for (int i = 16; i < 64; ++i) {
@@ -300,7 +300,7 @@ std::string unseal(const StorePtr& store, const LaunchEnv& e, const std::string&
                    const std::string& entry, int rank) {
   if (e.rdzv_token.empty() || e.world_size == 1) return entry;
   const auto cut = entry.rfind('\n');
-  const std::string payload = cut == std::string::npos ? entry : entry.substr(0, cut);
+  std::string payload = cut == std::string::npos ? entry : entry.substr(0, cut);
   if (cut == std::string::npos || seal(store, e, k, payload) != entry) {
     CommContext c;
     c.rank = e.rank;

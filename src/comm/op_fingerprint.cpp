@@ -133,6 +133,7 @@ FingerprintVerdict exchange_fingerprints(StoreChannel& ch, int rank, int size, c
     return decode_verdict(ch.get(v));
   }
   std::vector<std::string> keys;
+  keys.reserve(size);
   for (int r = 0; r < size; ++r) keys.push_back(fp_key(seq, std::to_string(r)));
   if (!ch.wait_for(keys, deadline, stop)) return gave_up(ch, seq, size, stop);
   FingerprintVerdict verdict;

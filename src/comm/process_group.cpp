@@ -9,12 +9,13 @@
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard; libtorch 2.x: not via ATen.h
 
 #include <algorithm>
+#include <utility>
 
 namespace lockstep::comm {
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Backend> backend, ProcessGroupOptions options)
     : backend_(std::move(backend)),
-      options_(options),
+      options_(std::move(options)),
       rank_(backend_->rank()),
       size_(backend_->size()) {
   link_->group = this;

@@ -131,7 +131,7 @@ struct StallInspector::State {
   void tick_segment(const RankActivity& mine, Clock::time_point now);
   void tick_store(const RankActivity& mine, Clock::time_point now);
   void tick_alone(const RankActivity& mine, Clock::time_point now);
-  void report(const std::string& text) {
+  void report(const std::string& text) const {
     if (cfg.print) return cfg.print(text);
     std::fputs(text.c_str(), stderr);
     std::fflush(stderr);

@@ -33,6 +33,7 @@ void StoreChannel::erase(const std::string& key) { store_->deleteKey(full(key));
 bool StoreChannel::wait_for(const std::vector<std::string>& keys, Clock::time_point deadline,
                             const std::function<bool()>& stop) {
   std::vector<std::string> left;
+  left.reserve(keys.size());
   for (const auto& k : keys) left.push_back(full(k));
   auto nap = std::chrono::microseconds(20);
   for (;;) {

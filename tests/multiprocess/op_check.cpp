@@ -66,7 +66,7 @@ void issue_mismatch(ProcessGroup& pg, const std::string& which) {
   if (which == "kind") {
     if (lead) {
       auto in = at::ones({1024}, at::kFloat);
-      auto out = at::empty({1024 * pg.size()}, at::kFloat);
+      auto out = at::empty({int64_t{1024} * pg.size()}, at::kFloat);
       pg.allgather(out, in)->wait();
     } else {
       pg.barrier()->wait();

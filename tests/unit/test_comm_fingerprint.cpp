@@ -102,7 +102,7 @@ struct Ranks {
   c10::intrusive_ptr<c10d::Store> store;
   // Every rank (thread) exchanges ops[rank]; returns each rank's verdict.
   std::vector<FingerprintVerdict> exchange(const std::vector<OpDesc>& ops, Millis limit,
-                                           std::vector<bool> absent = {}) {
+                                           std::vector<bool> absent = {}) const {
     std::vector<FingerprintVerdict> out(size);
     std::vector<std::thread> ts;
     absent.resize(size, false);
