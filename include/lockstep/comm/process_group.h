@@ -6,7 +6,9 @@
 // the returned Work. Ranks must issue the same collectives in the same order
 // (as with every MPI-style library); when they do not, the group detects it
 // (different op, size, dtype or root for the same sequence number) and raises
-// CommError(Mismatch) naming the ranks, instead of corrupting data.
+// CommError(Mismatch) on every rank, naming both ranks' ops, instead of corrupting data.
+// While a collective waits for ranks that have not entered it, rank 0 names them and
+// what each last entered, every stall_warn seconds (docs/debugging.md).
 //
 // After the first failure (peer gone, timeout, mismatch) the group is broken:
 // queued and later operations fail at once with the original cause.
