@@ -107,6 +107,8 @@ else
     case_run kill-store-host 0 KILL allreduce  # rank 0 hosts the rendezvous store
     check_survivors kill-store-host 0 allreduce
     check_launcher_names kill-store-host 0
+    case_run stop-store-host 0 STOP allreduce  # its store stops answering too
+    check_survivors stop-store-host 0 allreduce
     case_run stop 2 STOP mixed  # stopped: only the heartbeats (or the pid's state) show it
     check_survivors stop 2 barrier
     if grep -q "failed first: exited with code 3" "$out" &&

@@ -179,7 +179,6 @@ class GlooBackend final : public Backend {
       } catch (const std::exception& e) {
         if (!work->isCompleted()) {  // our slice ran out: is everyone still there?
           if (auto f = live_->failure()) {
-            if (f->store_lost) f = live_->failure_within(Millis(0));  // a notice, if any
             // A lost store may only mean rank 0 finished first: give the op a moment.
             if (!f->store_lost || !wait_quietly(work, Millis(1000)))
               raise(ctx, CommError::Kind::PeerGone, f->peer, f->what);

@@ -95,8 +95,8 @@ std::optional<PeerFailure> Liveness::failure() {
   }
   // The heartbeat thread stuck in a store call: the store (the job's rank 0) does not answer.
   if (!st_->failure && rank_ != store_host_ && thread_.joinable() && !st_->done &&
-      Clock::now() - st_->last_round > kStale + kPeriod) {
-    const double s = std::chrono::duration<double>(Clock::now() - st_->last_round).count();
+      st_->calling_since != Clock::time_point{} && Clock::now() - st_->calling_since > kStale) {
+    const double s = std::chrono::duration<double>(Clock::now() - st_->calling_since).count();
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.1f", s);
     record(*st_,
@@ -104,35 +104,25 @@ std::optional<PeerFailure> Liveness::failure() {
                        detail::concat("the rendezvous store, hosted by the job's rank 0, has "
                                       "not answered for ",
                                       buf, " s: rank 0 is stopped or its node is unreachable"),
-                       true});
+                       false});  // no closed connection: no clean exit to wait for
   }
   return st_->failure;
 }
 
-std::optional<PeerFailure> Liveness::read_notice(bool* store_ok) {
-  try {
-    *store_ok = true;
-    if (!store_->check({"failed"})) return std::nullopt;
-    PeerFailure f = parse_notice(store_->get("failed"), rank_);
-    std::lock_guard<std::mutex> l(st_->mu);
-    st_->failure = f;  // the group's first notice names the cause: it wins over ours
-    return f;
-  } catch (const std::exception&) {
-    *store_ok = false;  // the heartbeat thread reports the lost store
-    return std::nullopt;
-  }
-}
-
 std::optional<PeerFailure> Liveness::failure_within(Millis patience) {
+  // Only the heartbeat thread talks to the store: a call from here could wait forever on
+  // the store's lock behind a request that a stopped rank 0 never answers. Ask it for a
+  // round now (a remote death reaches the store's notice a moment after the socket broke).
+  {
+    std::lock_guard<std::mutex> l(st_->mu);
+    st_->poll_now = true;
+  }
+  st_->cv.notify_all();
   const auto until = Clock::now() + patience;
   for (;;) {
-    // The notice first: while the store answers, a notice may still name someone else
-    // (rank 0 keeps its store up until the others have read it, linger_for_acks).
-    bool store_ok = true;
-    if (auto f = read_notice(&store_ok)) return f;
-    if (auto f = failure(); f && (!f->store_lost || !store_ok)) return f;
-    if (Clock::now() >= until) return failure();
-    std::this_thread::sleep_for(Millis(50));
+    if (auto f = failure()) return f;
+    if (Clock::now() >= until) return std::nullopt;
+    std::this_thread::sleep_for(Millis(20));
   }
 }
 
@@ -159,8 +149,11 @@ void Liveness::run(std::shared_ptr<State> st, StorePtr store, int rank, int size
     for (;;) {
       {
         std::unique_lock<std::mutex> l(st->mu);
-        st->last_round = Clock::now();
-        if (st->cv.wait_for(l, kPeriod, [&] { return st->stop; })) break;
+        st->calling_since = {};  // not waiting on the store (a starved thread is no sign)
+        if (st->cv.wait_for(l, kPeriod, [&] { return st->stop || st->poll_now; }) && st->stop)
+          break;
+        st->poll_now = false;
+        st->calling_since = Clock::now();
       }
       store->add(hb_key(rank), 1);
       std::optional<PeerFailure> found;

@@ -30,7 +30,8 @@ namespace lockstep::comm {
 struct PeerFailure {
   int peer = -1;            // the failed rank
   std::string what;         // "rank 2 (pid 812, this host) exited"
-  bool store_lost = false;  // learned from a broken store connection (rank 0's side)
+  bool store_lost = false;  // a closed store connection: rank 0 may just have finished
+                            // first, so an op about to complete gets a moment
 };
 
 class Liveness {
@@ -50,7 +51,8 @@ class Liveness {
   // The first failure known, after checking the same-machine peers now; empty if none.
   std::optional<PeerFailure> failure();
   // As failure(), waiting up to `patience` for one to be found (after a transport error:
-  // a remote death reaches the store a moment after the socket broke).
+  // a remote death reaches the store a moment after the socket broke). Never touches the
+  // store on the calling thread.
   std::optional<PeerFailure> failure_within(Millis patience);
 
  private:
@@ -61,20 +63,19 @@ class Liveness {
     LocalPeers local;
     bool stop = false;
     bool done = false;
-    Clock::time_point last_round = Clock::now();
-    bool acked = false;  // this rank counted itself under "acked" (it knows the failure)
+    Clock::time_point calling_since{};  // the round's store requests began (zero: idle)
+    bool acked = false;
+    bool poll_now = false;  // failure_within() wants a round at once  // this rank counted itself
+                            // under "acked" (it knows the failure)
   };
   static void run(std::shared_ptr<State> st, StorePtr store, int rank, int size, int store_host);
   static void record(State& st, PeerFailure f);
-  // The group's notice, read on the caller's thread (one store request); *store_ok
-  // false when the store did not answer.
-  std::optional<PeerFailure> read_notice(bool* store_ok);
   // The job's rank 0 hosts the store: after a failure it keeps it up (bounded) until the others
   // have read the notice, or they would see only the store vanish and blame rank 0.
   void linger_for_acks();
 
   std::shared_ptr<State> st_;
-  StorePtr store_;
+  StorePtr store_;  // the destructor's linger only (rank 0 asks its own store)
   std::thread thread_;
   int rank_;
   int size_;
