@@ -13,14 +13,13 @@ import atexit
 import datetime
 import os
 import socket
-import weakref
 
 import torch
 import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["BACKEND", "TRANSPORTS", "transport_for"]
+__all__ = ["BACKEND", "TRANSPORTS", "compression", "compression_options", "transport_for"]
 
 BACKEND = "lockstep"
 TRANSPORTS = ("auto", "shm", "gloo")
@@ -65,20 +64,57 @@ def _create(store, rank, size, timeout):
         timeout_s = float(timeout) if timeout is not None else 300.0
     transport = transport_for(store, rank, size)
     backend = _C._create(store, rank, size, timeout_s, transport)
-    _live.add(backend)
+    _live.append(backend)
     return backend
 
 
-# The backends alive now. A program may leave without destroy_process_group(); its groups
-# are then torn down at interpreter exit, while threads can still be joined (C++ static
-# destruction would find lockstep's comm and completion threads still running and abort).
-_live = weakref.WeakSet()
+# Every backend made. At interpreter exit each one's completion thread is stopped while
+# threads can still take the GIL: during finalization a thread that needs it (to drop the
+# last reference to a tensor Python owns) is killed, which aborts the process. Programs
+# that skip destroy_process_group(), or whose DDP module still holds the group, need this.
+_live = []
 
 
 @atexit.register
 def _shutdown():
-    if len(_live) and dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    for backend in _live:
+        backend._lockstep_shutdown()
+    _live.clear()
 
 
 dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])
+
+_COMPRESSION_DEFAULTS = dict(bits=4, bucket_size=128, min_numel=1024, stochastic=True,
+                             error_feedback=False, seed=0, pipeline_chunk=1 << 20)
+
+
+def compression(enabled=True, **options):
+    """Compress the float allreduces (SUM/AVG of float32, bfloat16, float16 tensors of at
+    least ``min_numel`` elements, e.g. DDP's gradient buckets) of every "lockstep" group of
+    this process with QSGD: ``bits`` (1..8; 32 = off) per value, buckets of ``bucket_size``
+    values sharing a scale, unbiased stochastic rounding (``stochastic``), optional
+    ``error_feedback``; ``seed`` picks the rounding decisions; ``pipeline_chunk`` the
+    pipelining rounds. Every rank must call it alike, before the allreduces it should
+    apply to. The replicas' results are bit-identical. ``compression(False)`` turns it
+    off. LOCKSTEP_COMPRESSION_* variables override the values passed (docs/python.md).
+    """
+    unknown = sorted(set(options) - set(_COMPRESSION_DEFAULTS))
+    if unknown:
+        hint = (" (the backend sees gradient buckets, not layer names: leave layers out with "
+                "min_numel instead)" if "skip" in unknown else "")
+        raise ValueError(f"lockstep.compression: unknown option(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(_COMPRESSION_DEFAULTS)}{hint}")
+    if not enabled:
+        _C._compression_off()
+        return None
+    merged = {**_COMPRESSION_DEFAULTS, **options}
+    _C._set_compression(**merged)
+    return compression_options()
+
+
+def compression_options():
+    """The compression in force (a dict), or None when off."""
+    return _C._compression()
+
+
+_C._compression_from_env()  # LOCKSTEP_COMPRESSION_BITS=4 alone turns it on

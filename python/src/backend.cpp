@@ -53,10 +53,10 @@ Staged stage(const at::Tensor& t) {
 
 }  // namespace
 
-LockstepWork::LockstepWork(int rank, c10d::OpType type, comm::WorkPtr work,
+LockstepWork::LockstepWork(int rank, c10d::OpType type, std::vector<comm::WorkPtr> works,
                            std::vector<at::Tensor> outputs, std::function<void()> post)
     : c10d::Work(rank, type),
-      work_(std::move(work)),
+      works_(std::move(works)),
       outputs_(std::move(outputs)),
       post_(std::move(post)),
       future_(c10::make_intrusive<at::ivalue::Future>(
@@ -65,12 +65,12 @@ LockstepWork::LockstepWork(int rank, c10d::OpType type, comm::WorkPtr work,
 void LockstepWork::complete() {
   std::exception_ptr err;
   try {
-    if (work_) work_->wait();
+    for (const auto& w : works_) w->wait();
     if (post_) post_();
   } catch (...) {
     err = std::current_exception();
   }
-  work_.reset();
+  works_.clear();
   post_ = nullptr;
   finish(err);
   if (err)
@@ -103,18 +103,47 @@ LockstepBackend::LockstepBackend(const c10::intrusive_ptr<c10d::Store>& store, i
 }
 
 LockstepBackend::~LockstepBackend() {
+  PyThreadState* saved = nullptr;
+  if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();
+  stop_completer();
+  group_.reset();  // finishes lockstep's queued work, stops its comm thread
+  if (saved) PyEval_RestoreThread(saved);
+}
+
+void LockstepBackend::shutdown() {
+  // Python drops or shuts down the backend with the GIL held, and the completion thread may
+  // need it to release the last reference to a tensor that Python owns: join without it.
+  PyThreadState* saved = nullptr;
+  if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();
+  stop_completer();
+  // lockstep's comm thread drops the tensors of each op after completing it; during
+  // interpreter finalization that would need the GIL too: stop it as well.
+  std::shared_ptr<comm::ProcessGroup> group;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    group.swap(group_);
+  }
+  group.reset();
+  if (saved) PyEval_RestoreThread(saved);
+}
+
+comm::ProcessGroup& LockstepBackend::group() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!group_)
+    throw CommError(CommError::Kind::Aborted, CommContext{},
+                    "the lockstep backend was shut down (interpreter exit or "
+                    "destroy_process_group); no further collectives");
+  return *group_;
+}
+
+void LockstepBackend::stop_completer() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
-  // Python drops the backend with the GIL held, and the completion thread may need it to
-  // release the last reference to a tensor that Python owns: join without it.
-  PyThreadState* saved = nullptr;
-  if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();
+  std::lock_guard<std::mutex> lock(join_mu_);
   if (completer_.joinable()) completer_.join();
-  group_.reset();  // finishes lockstep's queued work, stops its comm thread
-  if (saved) PyEval_RestoreThread(saved);
 }
 
 void LockstepBackend::completion_loop() {
@@ -131,13 +160,21 @@ void LockstepBackend::completion_loop() {
   }
 }
 
-c10::intrusive_ptr<c10d::Work> LockstepBackend::track(c10d::OpType type, comm::WorkPtr work,
+c10::intrusive_ptr<c10d::Work> LockstepBackend::track(c10d::OpType type,
+                                                      std::vector<comm::WorkPtr> works,
                                                       std::vector<at::Tensor> outputs,
                                                       std::function<void()> post) {
-  auto w = c10::make_intrusive<LockstepWork>(getRank(), type, std::move(work),
+  auto w = c10::make_intrusive<LockstepWork>(getRank(), type, std::move(works),
                                              std::move(outputs), std::move(post));
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      // Too late to complete it: the op is queued in lockstep's group (whose peers expect
+      // it) but nothing would mark this Work. Only reachable after shutdown().
+      throw CommError(CommError::Kind::Aborted, CommContext{},
+                      "the lockstep backend was shut down (interpreter exit or "
+                      "destroy_process_group); no further collectives");
+    }
     pending_.push_back(w);
   }
   cv_.notify_one();
@@ -150,16 +187,48 @@ c10::intrusive_ptr<c10d::Work> LockstepBackend::broadcast(std::vector<at::Tensor
   comm::BroadcastOptions o;
   o.root = static_cast<int>(opts.rootRank);
   o.timeout = op_timeout(opts.timeout);
-  return track(c10d::OpType::BROADCAST, group_->broadcast(s.buf, o), tensors, s.post);
+  return track(c10d::OpType::BROADCAST, group().broadcast(s.buf, o), tensors, s.post);
 }
 
 c10::intrusive_ptr<c10d::Work> LockstepBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::AllreduceOptions& opts) {
-  Staged s = stage(single(tensors, "allreduce"));
   comm::AllreduceOptions o;
   o.op = to_lockstep(opts.reduceOp);
+  if (auto w = maybe_compressed(tensors[0], o.op)) return w;
+  Staged s = stage(single(tensors, "allreduce"));
   o.timeout = op_timeout(opts.timeout);
-  return track(c10d::OpType::ALLREDUCE, group_->allreduce(s.buf, o), tensors, s.post);
+  return track(c10d::OpType::ALLREDUCE, group().allreduce(s.buf, o), tensors, s.post);
+}
+
+c10::intrusive_ptr<c10d::Work> LockstepBackend::maybe_compressed(at::Tensor& t,
+                                                                 comm::ReduceOp op) {
+  auto options = compression();
+  if (!options || !options->enabled()) return {};
+  const auto dt = t.scalar_type();
+  if (dt != at::kFloat && dt != at::kBFloat16 && dt != at::kHalf) return {};
+  if (op != comm::ReduceOp::Sum && op != comm::ReduceOp::Avg) return {};
+  if (t.numel() < options->min_layer || getSize() == 1) return {};
+  std::shared_ptr<compress::CompressedAllreduce> plan;
+  {
+    std::lock_guard<std::mutex> lock(plans_mu_);
+    if (plans_for_ != options) {
+      plans_.clear();
+      plans_for_ = options;
+    }
+    auto& p = plans_[t.numel()];
+    if (!p)
+      p = std::make_shared<compress::CompressedAllreduce>(
+          *options, std::vector<compress::LayerSpan>{{"", 0, t.numel()}}, t.numel(),
+          getSize());
+    plan = p;
+  }
+  Staged s = stage(t);
+  comm::WorkPtr w = plan->run_async(group(), s.buf, op == comm::ReduceOp::Avg);
+  auto post = [plan, s] {
+    plan->finish();  // NonFiniteGradient on every rank alike
+    if (s.post) s.post();
+  };
+  return track(c10d::OpType::ALLREDUCE, w, {t}, post);
 }
 
 c10::intrusive_ptr<c10d::Work> LockstepBackend::allreduce_coalesced(
@@ -177,7 +246,7 @@ c10::intrusive_ptr<c10d::Work> LockstepBackend::allreduce_coalesced(
   auto post = [posts] {
     for (const auto& p : posts) p();
   };
-  return track(c10d::OpType::ALLREDUCE_COALESCED, group_->allreduce_coalesced(bufs, o), tensors,
+  return track(c10d::OpType::ALLREDUCE_COALESCED, group().allreduce_coalesced(bufs, o), tensors,
                post);
 }
 
@@ -197,7 +266,7 @@ c10::intrusive_ptr<c10d::Work> LockstepBackend::allgather(
     for (size_t r = 0; r < outs.size(); ++r)
       outs[r].copy_(flat.narrow(0, static_cast<int64_t>(r) * n, n).view(outs[r].sizes()));
   };
-  return track(c10d::OpType::ALLGATHER, group_->allgather(flat, in, o), outs, post);
+  return track(c10d::OpType::ALLGATHER, group().allgather(flat, in, o), outs, post);
 }
 
 c10::intrusive_ptr<c10d::Work> LockstepBackend::_allgather_base(
@@ -205,7 +274,7 @@ c10::intrusive_ptr<c10d::Work> LockstepBackend::_allgather_base(
   Staged s = stage(output);
   comm::AllgatherOptions o;
   o.timeout = op_timeout(opts.timeout);
-  return track(c10d::OpType::_ALLGATHER_BASE, group_->allgather(s.buf, input.contiguous(), o),
+  return track(c10d::OpType::_ALLGATHER_BASE, group().allgather(s.buf, input.contiguous(), o),
                {output}, s.post);
 }
 
@@ -223,7 +292,7 @@ c10::intrusive_ptr<c10d::Work> LockstepBackend::reduce_scatter(
   comm::ReduceScatterOptions o;
   o.op = to_lockstep(opts.reduceOp);
   o.timeout = op_timeout(opts.timeout);
-  return track(c10d::OpType::REDUCE_SCATTER, group_->reduce_scatter(s.buf, in, o), outputs,
+  return track(c10d::OpType::REDUCE_SCATTER, group().reduce_scatter(s.buf, in, o), outputs,
                s.post);
 }
 
@@ -234,7 +303,7 @@ c10::intrusive_ptr<c10d::Work> LockstepBackend::_reduce_scatter_base(
   o.op = to_lockstep(opts.reduceOp);
   o.timeout = op_timeout(opts.timeout);
   return track(c10d::OpType::_REDUCE_SCATTER_BASE,
-               group_->reduce_scatter(s.buf, input.contiguous(), o), {output}, s.post);
+               group().reduce_scatter(s.buf, input.contiguous(), o), {output}, s.post);
 }
 
 c10::intrusive_ptr<c10d::Work> LockstepBackend::alltoall_base(
@@ -252,15 +321,54 @@ c10::intrusive_ptr<c10d::Work> LockstepBackend::alltoall_base(
   Staged s = stage(output);
   comm::AlltoallOptions o;
   o.timeout = op_timeout(opts.timeout);
-  return track(c10d::OpType::ALLTOALL_BASE, group_->alltoall(s.buf, input.contiguous(), o),
+  return track(c10d::OpType::ALLTOALL_BASE, group().alltoall(s.buf, input.contiguous(), o),
                {output}, s.post);
+}
+
+c10::intrusive_ptr<c10d::Work> LockstepBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  LOCKSTEP_CHECK(outputs.size() == inputs.size(), "allgather_into_tensor_coalesced: ",
+                 outputs.size(), " outputs for ", inputs.size(), " inputs");
+  comm::AllgatherOptions o;
+  o.timeout = op_timeout(opts.timeout);
+  std::vector<comm::WorkPtr> works;
+  std::vector<std::function<void()>> posts;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Staged s = stage(outputs[i]);
+    works.push_back(group().allgather(s.buf, inputs[i].contiguous(), o));
+    if (s.post) posts.push_back(s.post);
+  }
+  return track(c10d::OpType::COALESCED, std::move(works), outputs, [posts] {
+    for (const auto& p : posts) p();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> LockstepBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  LOCKSTEP_CHECK(outputs.size() == inputs.size(), "reduce_scatter_tensor_coalesced: ",
+                 outputs.size(), " outputs for ", inputs.size(), " inputs");
+  comm::ReduceScatterOptions o;
+  o.op = to_lockstep(opts.reduceOp);
+  o.timeout = op_timeout(opts.timeout);
+  std::vector<comm::WorkPtr> works;
+  std::vector<std::function<void()>> posts;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Staged s = stage(outputs[i]);
+    works.push_back(group().reduce_scatter(s.buf, inputs[i].contiguous(), o));
+    if (s.post) posts.push_back(s.post);
+  }
+  return track(c10d::OpType::COALESCED, std::move(works), outputs, [posts] {
+    for (const auto& p : posts) p();
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> LockstepBackend::send(std::vector<at::Tensor>& tensors, int dst,
                                                      int tag) {
   comm::SendOptions o;
   o.tag = tag;
-  return track(c10d::OpType::SEND, group_->send(single(tensors, "send").contiguous(), dst, o),
+  return track(c10d::OpType::SEND, group().send(single(tensors, "send").contiguous(), dst, o),
                tensors);
 }
 
@@ -269,13 +377,31 @@ c10::intrusive_ptr<c10d::Work> LockstepBackend::recv(std::vector<at::Tensor>& te
   Staged s = stage(single(tensors, "recv"));
   comm::RecvOptions o;
   o.tag = tag;
-  return track(c10d::OpType::RECV, group_->recv(s.buf, src, o), tensors, s.post);
+  return track(c10d::OpType::RECV, group().recv(s.buf, src, o), tensors, s.post);
 }
 
 c10::intrusive_ptr<c10d::Work> LockstepBackend::barrier(const c10d::BarrierOptions& opts) {
   comm::BarrierOptions o;
   o.timeout = op_timeout(opts.timeout);
-  return track(c10d::OpType::BARRIER, group_->barrier(o), {});
+  return track(c10d::OpType::BARRIER, group().barrier(o), {});
 }
 
+}  // namespace lockstep::python
+
+namespace lockstep::python {
+namespace {
+std::mutex compression_mu;
+std::shared_ptr<const compress::QsgdOptions> compression_options;
+}  // namespace
+
+void set_compression(std::shared_ptr<const compress::QsgdOptions> options) {
+  if (options) compress::validate(*options);
+  std::lock_guard<std::mutex> lock(compression_mu);
+  compression_options = std::move(options);
+}
+
+std::shared_ptr<const compress::QsgdOptions> compression() {
+  std::lock_guard<std::mutex> lock(compression_mu);
+  return compression_options;
+}
 }  // namespace lockstep::python

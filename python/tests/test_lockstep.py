@@ -56,3 +56,32 @@ def test_unsupported_reduce_op_is_refused(tmp_path):
     p = python(code, {"LOCKSTEP_BACKEND": "gloo"}, tmp_path)
     assert p.returncode != 0
     assert "reduce op not supported" in p.stdout, p.stdout
+
+
+def test_fsdp2_matches_gloo(run_ok):
+    out = run_ok("worker_fsdp.py", 2)
+    assert out.count("max |param difference|") == 2
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_ddp_with_4bit_qsgd_learns_and_replicas_agree(run_ok, nproc):
+    out = run_ok("worker_compression.py", nproc)
+    assert "replicas bit-identical: True" in out
+
+
+def test_unknown_compression_option_raises_value_error_naming_it(tmp_path):
+    p = python("import lockstep; lockstep.compression(bits=4, bucketsize=64)", {}, tmp_path)
+    assert p.returncode != 0
+    assert "ValueError" in p.stdout and "bucketsize" in p.stdout, p.stdout
+
+
+def test_bad_compression_env_raises_value_error_naming_it(tmp_path):
+    p = python("import lockstep", {"LOCKSTEP_COMPRESSION_BITS": "five"}, tmp_path)
+    assert p.returncode != 0
+    assert "ValueError" in p.stdout and "LOCKSTEP_COMPRESSION_BITS" in p.stdout, p.stdout
+
+
+def test_bad_compression_value_raises_value_error(tmp_path):
+    p = python("import lockstep; lockstep.compression(bits=9)", {}, tmp_path)
+    assert p.returncode != 0
+    assert "ValueError" in p.stdout and "bits" in p.stdout, p.stdout
