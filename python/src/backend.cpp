@@ -16,10 +16,14 @@ namespace {
 
 comm::ReduceOp to_lockstep(const c10d::ReduceOp& op) {
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: return comm::ReduceOp::Sum;
-    case c10d::ReduceOp::AVG: return comm::ReduceOp::Avg;
-    case c10d::ReduceOp::MIN: return comm::ReduceOp::Min;
-    case c10d::ReduceOp::MAX: return comm::ReduceOp::Max;
+    case c10d::ReduceOp::SUM:
+      return comm::ReduceOp::Sum;
+    case c10d::ReduceOp::AVG:
+      return comm::ReduceOp::Avg;
+    case c10d::ReduceOp::MIN:
+      return comm::ReduceOp::Min;
+    case c10d::ReduceOp::MAX:
+      return comm::ReduceOp::Max;
     default:
       throw InvalidArgument(
           "lockstep backend: reduce op not supported (SUM, AVG, MIN and MAX are); "
@@ -33,8 +37,8 @@ comm::Millis op_timeout(std::chrono::milliseconds t) {
 }
 
 at::Tensor single(std::vector<at::Tensor>& ts, const char* op) {
-  LOCKSTEP_CHECK(ts.size() == 1,
-                 op, ": the lockstep backend takes one tensor per call (got ", ts.size(), ")");
+  LOCKSTEP_CHECK(ts.size() == 1, op, ": the lockstep backend takes one tensor per call (got ",
+                 ts.size(), ")");
   return ts[0];
 }
 
@@ -59,8 +63,8 @@ LockstepWork::LockstepWork(int rank, c10d::OpType type, std::vector<comm::WorkPt
       works_(std::move(works)),
       outputs_(std::move(outputs)),
       post_(std::move(post)),
-      future_(c10::make_intrusive<at::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+      future_(
+          c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
 void LockstepWork::complete() {
   std::exception_ptr err;
@@ -164,8 +168,8 @@ c10::intrusive_ptr<c10d::Work> LockstepBackend::track(c10d::OpType type,
                                                       std::vector<comm::WorkPtr> works,
                                                       std::vector<at::Tensor> outputs,
                                                       std::function<void()> post) {
-  auto w = c10::make_intrusive<LockstepWork>(getRank(), type, std::move(works),
-                                             std::move(outputs), std::move(post));
+  auto w = c10::make_intrusive<LockstepWork>(getRank(), type, std::move(works), std::move(outputs),
+                                             std::move(post));
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) {
@@ -200,8 +204,7 @@ c10::intrusive_ptr<c10d::Work> LockstepBackend::allreduce(std::vector<at::Tensor
   return track(c10d::OpType::ALLREDUCE, group().allreduce(s.buf, o), tensors, s.post);
 }
 
-c10::intrusive_ptr<c10d::Work> LockstepBackend::maybe_compressed(at::Tensor& t,
-                                                                 comm::ReduceOp op) {
+c10::intrusive_ptr<c10d::Work> LockstepBackend::maybe_compressed(at::Tensor& t, comm::ReduceOp op) {
   auto options = compression();
   if (!options || !options->enabled()) return {};
   const auto dt = t.scalar_type();
@@ -218,8 +221,7 @@ c10::intrusive_ptr<c10d::Work> LockstepBackend::maybe_compressed(at::Tensor& t,
     auto& p = plans_[t.numel()];
     if (!p)
       p = std::make_shared<compress::CompressedAllreduce>(
-          *options, std::vector<compress::LayerSpan>{{"", 0, t.numel()}}, t.numel(),
-          getSize());
+          *options, std::vector<compress::LayerSpan>{{"", 0, t.numel()}}, t.numel(), getSize());
     plan = p;
   }
   Staged s = stage(t);
@@ -255,8 +257,7 @@ c10::intrusive_ptr<c10d::Work> LockstepBackend::allgather(
     const c10d::AllgatherOptions& opts) {
   at::Tensor in = single(inputs, "allgather").contiguous();
   LOCKSTEP_CHECK(outputs.size() == 1 && outputs[0].size() == static_cast<size_t>(getSize()),
-                 "allgather: expected one list of ", getSize(),
-                 " output tensors");
+                 "allgather: expected one list of ", getSize(), " output tensors");
   at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
   comm::AllgatherOptions o;
   o.timeout = op_timeout(opts.timeout);
@@ -283,8 +284,7 @@ c10::intrusive_ptr<c10d::Work> LockstepBackend::reduce_scatter(
     const c10d::ReduceScatterOptions& opts) {
   at::Tensor out = single(outputs, "reduce_scatter");
   LOCKSTEP_CHECK(inputs.size() == 1 && inputs[0].size() == static_cast<size_t>(getSize()),
-                 "reduce_scatter: expected one list of ", getSize(),
-                 " input tensors");
+                 "reduce_scatter: expected one list of ", getSize(), " input tensors");
   std::vector<at::Tensor> flat_in;
   for (const auto& t : inputs[0]) flat_in.push_back(t.reshape({-1}));
   at::Tensor in = at::cat(flat_in);
@@ -292,8 +292,7 @@ c10::intrusive_ptr<c10d::Work> LockstepBackend::reduce_scatter(
   comm::ReduceScatterOptions o;
   o.op = to_lockstep(opts.reduceOp);
   o.timeout = op_timeout(opts.timeout);
-  return track(c10d::OpType::REDUCE_SCATTER, group().reduce_scatter(s.buf, in, o), outputs,
-               s.post);
+  return track(c10d::OpType::REDUCE_SCATTER, group().reduce_scatter(s.buf, in, o), outputs, s.post);
 }
 
 c10::intrusive_ptr<c10d::Work> LockstepBackend::_reduce_scatter_base(
@@ -306,9 +305,10 @@ c10::intrusive_ptr<c10d::Work> LockstepBackend::_reduce_scatter_base(
                group().reduce_scatter(s.buf, input.contiguous(), o), {output}, s.post);
 }
 
-c10::intrusive_ptr<c10d::Work> LockstepBackend::alltoall_base(
-    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
-    std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
+c10::intrusive_ptr<c10d::Work> LockstepBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                              std::vector<int64_t>& output_splits,
+                                                              std::vector<int64_t>& input_splits,
+                                                              const c10d::AllToAllOptions& opts) {
   auto even = [&](const std::vector<int64_t>& splits, const at::Tensor& t) {
     if (splits.empty()) return true;
     for (int64_t s : splits)
@@ -328,8 +328,9 @@ c10::intrusive_ptr<c10d::Work> LockstepBackend::alltoall_base(
 c10::intrusive_ptr<c10d::Work> LockstepBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  LOCKSTEP_CHECK(outputs.size() == inputs.size(), "allgather_into_tensor_coalesced: ",
-                 outputs.size(), " outputs for ", inputs.size(), " inputs");
+  LOCKSTEP_CHECK(outputs.size() == inputs.size(),
+                 "allgather_into_tensor_coalesced: ", outputs.size(), " outputs for ",
+                 inputs.size(), " inputs");
   comm::AllgatherOptions o;
   o.timeout = op_timeout(opts.timeout);
   std::vector<comm::WorkPtr> works;
@@ -347,8 +348,9 @@ c10::intrusive_ptr<c10d::Work> LockstepBackend::allgather_into_tensor_coalesced(
 c10::intrusive_ptr<c10d::Work> LockstepBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  LOCKSTEP_CHECK(outputs.size() == inputs.size(), "reduce_scatter_tensor_coalesced: ",
-                 outputs.size(), " outputs for ", inputs.size(), " inputs");
+  LOCKSTEP_CHECK(outputs.size() == inputs.size(),
+                 "reduce_scatter_tensor_coalesced: ", outputs.size(), " outputs for ",
+                 inputs.size(), " inputs");
   comm::ReduceScatterOptions o;
   o.op = to_lockstep(opts.reduceOp);
   o.timeout = op_timeout(opts.timeout);

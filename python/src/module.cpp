@@ -34,8 +34,8 @@ PYBIND11_MODULE(_C, m) {
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, double timeout_s,
          const std::string& transport) {
         return c10::make_intrusive<lockstep::python::LockstepBackend>(
-            store, rank, size,
-            std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0)), transport);
+            store, rank, size, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0)),
+            transport);
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),
       py::arg("transport"), py::call_guard<py::gil_scoped_release>(),
@@ -56,9 +56,8 @@ PYBIND11_MODULE(_C, m) {
         o.error_feedback = error_feedback;
         o.seed = seed;
         o.pipeline_chunk = pipeline_chunk;
-        lockstep::python::set_compression(
-            std::make_shared<const lockstep::compress::QsgdOptions>(
-                lockstep::compress::apply_env(o)));
+        lockstep::python::set_compression(std::make_shared<const lockstep::compress::QsgdOptions>(
+            lockstep::compress::apply_env(o)));
       },
       py::arg("bits"), py::arg("bucket_size"), py::arg("min_numel"), py::arg("stochastic"),
       py::arg("error_feedback"), py::arg("seed"), py::arg("pipeline_chunk"));
@@ -68,8 +67,7 @@ PYBIND11_MODULE(_C, m) {
     auto o = lockstep::compress::options_from_env();
     if (!o) return false;
     o->exclude.clear();
-    lockstep::python::set_compression(
-        std::make_shared<const lockstep::compress::QsgdOptions>(*o));
+    lockstep::python::set_compression(std::make_shared<const lockstep::compress::QsgdOptions>(*o));
     return true;
   });
   m.def("_compression", []() -> py::object {
