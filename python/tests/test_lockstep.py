@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +86,30 @@ def test_bad_compression_value_raises_value_error(tmp_path):
     p = python("import lockstep; lockstep.compression(bits=9)", {}, tmp_path)
     assert p.returncode != 0
     assert "ValueError" in p.stdout and "bits" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("transport", ["shm", "gloo"])
+def test_killed_rank_raises_runtime_error_naming_it(tmp_path, transport):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in (0, 1):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                   WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+                   LOCKSTEP_BACKEND=transport, OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen(
+            [sys.executable, str(Path(__file__).parent / "worker_killed.py")], env=env,
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    try:
+        out0, _ = procs[0].communicate(timeout=90)
+        procs[1].communicate(timeout=30)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    print(out0)
+    assert procs[1].returncode == 3
+    assert procs[0].returncode == 0, out0
+    assert "RuntimeError" in out0 and "rank 1" in out0, out0
