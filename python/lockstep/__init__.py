@@ -17,7 +17,13 @@ import socket
 import torch
 import torch.distributed as dist
 
-from . import _C
+try:
+    from . import _C
+except ImportError as e:  # e.g. `import lockstep` from inside python/: the sources, unbuilt
+    raise ImportError(
+        f"lockstep's extension lockstep._C is missing next to {__file__}: install the package "
+        "(pip install --no-build-isolation ./python) and import it from outside python/"
+    ) from e
 
 __all__ = ["BACKEND", "TRANSPORTS", "compression", "compression_options", "transport_for"]
 
