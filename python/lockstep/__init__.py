@@ -124,3 +124,5 @@ def compression_options():
 
 
 _C._compression_from_env()  # LOCKSTEP_COMPRESSION_BITS=4 alone turns it on
+
+from . import hooks  # noqa: E402  (lockstep.hooks.qsgd)

@@ -113,3 +113,9 @@ def test_killed_rank_raises_runtime_error_naming_it(tmp_path, transport):
     assert procs[1].returncode == 3
     assert procs[0].returncode == 0, out0
     assert "RuntimeError" in out0 and "rank 1" in out0, out0
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_qsgd_hook_over_gloo_and_lockstep(run_ok, nproc):
+    out = run_ok("worker_hook.py", nproc)
+    assert out.count("replicas bit-identical: True") == 2
