@@ -21,14 +21,14 @@
 #include <ATen/ATen.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <map>
 #include <memory>
-#include <algorithm>
-#include <cstring>
 #include <random>
 
 namespace lockstep::bench {
@@ -110,8 +110,8 @@ void codec_table() {
   for (auto& v : x) v = d(g);
   const double copy = stream_copy_gbs(x, y);
   const std::string best = codec_isa();
-  Table t({"bits", "encode GB/s", "decode GB/s", "decode-add GB/s", "enc+dec GB/s",
-           "ratio vs fp32", "max err/unit"});
+  Table t({"bits", "encode GB/s", "decode GB/s", "decode-add GB/s", "enc+dec GB/s", "ratio vs fp32",
+           "max err/unit"});
   for (int bits = 1; bits <= 8; ++bits) {
     const CodecSpeed s = codec_speed(x, y, bits);
     t.add({std::to_string(bits), fmt(s.encode), fmt(s.decode), fmt(s.decode_add),
@@ -125,7 +125,8 @@ void codec_table() {
   // 4-bit on every path this CPU runs: the SIMD paths against the baseline one.
   Table p({"path", "encode GB/s", "decode-add GB/s", "encode vs generic", "decode-add vs generic"});
   CodecSpeed generic;
-  for (const std::string& path : {std::string("generic"), std::string("avx2"), std::string("avx512")}) {
+  for (const std::string& path :
+       {std::string("generic"), std::string("avx2"), std::string("avx512")}) {
     const auto have = codec_isas();
     if (std::find(have.begin(), have.end(), path) == have.end()) continue;
     set_codec_isa(path);
@@ -135,8 +136,9 @@ void codec_table() {
            fmt(s.decode_add / generic.decode_add) + "x"});
   }
   set_codec_isa(best);
-  std::printf("\n4-bit codec per path (targets on the best path: encode >= 8, decode-add >= 12 GB/s):\n%s",
-              p.str().c_str());
+  std::printf(
+      "\n4-bit codec per path (targets on the best path: encode >= 8, decode-add >= 12 GB/s):\n%s",
+      p.str().c_str());
 }
 
 // ---------------------------------------------------------------- worker (one rank)
@@ -169,10 +171,13 @@ void time_allreduce(ProcessGroup& g) {
       report_result(g.rank(), key, median(time_runs([&] { st = plan.run(g, t, true); }, &g, runs)));
       if (bits != 4) continue;
       const auto& s = st.seconds;  // the last run's phases
-      for (const auto& [name, v] :
-           {std::pair<const char*, double>{"encode", s.encode}, {"alltoall", s.alltoall},
-            {"reduce", s.reduce}, {"reencode", s.reencode}, {"allgather", s.allgather},
-            {"decode", s.decode}, {"wait", s.transfer_wait}})
+      for (const auto& [name, v] : {std::pair<const char*, double>{"encode", s.encode},
+                                    {"alltoall", s.alltoall},
+                                    {"reduce", s.reduce},
+                                    {"reencode", s.reencode},
+                                    {"allgather", s.allgather},
+                                    {"decode", s.decode},
+                                    {"wait", s.transfer_wait}})
         report_result(g.rank(), key + "." + name, v);
     }
   }

@@ -35,8 +35,9 @@ void check_dtype(c10::ScalarType t) {
 
 detail::InType in_type(c10::ScalarType t) {
   check_dtype(t);
-  return t == c10::kFloat ? detail::InType::kF32
-                          : t == c10::kBFloat16 ? detail::InType::kBF16 : detail::InType::kF16;
+  return t == c10::kFloat      ? detail::InType::kF32
+         : t == c10::kBFloat16 ? detail::InType::kBF16
+                               : detail::InType::kF16;
 }
 
 }  // namespace

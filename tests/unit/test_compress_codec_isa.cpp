@@ -104,10 +104,10 @@ TEST_F(CodecIsa, EveryPathWritesTheReferenceBytes) {
           for (int64_t bucket : {int64_t(128), int64_t(1), int64_t(13), int64_t(3000)}) {
             for (bool stochastic : {true, false}) {
               const CodecOptions o{bits, bucket, stochastic};
-              const std::string what = path + " n=" + std::to_string(n) + " kind=" +
-                                       std::to_string(kind) + " bits=" + std::to_string(bits) +
-                                       " bucket=" + std::to_string(bucket) +
-                                       (stochastic ? " stochastic" : " nearest");
+              const std::string what =
+                  path + " n=" + std::to_string(n) + " kind=" + std::to_string(kind) +
+                  " bits=" + std::to_string(bits) + " bucket=" + std::to_string(bucket) +
+                  (stochastic ? " stochastic" : " nearest");
               ASSERT_NO_FATAL_FAILURE(check_path(x, 1, o, what + " f32"));
               if (bucket == 128) {
                 ASSERT_NO_FATAL_FAILURE(check_path(as<c10::BFloat16>(x), 1, o, what + " bf16"));
@@ -137,11 +137,11 @@ TEST_F(CodecIsa, NonFiniteAndExtremeInputs) {
   for (const auto& path : codec_isas()) {
     set_codec_isa(path);
     const CodecOptions o{4, 8, true};
-    std::vector<float> x = {1, 2, 3, NAN, 5, 6, 7, 8,                    // bucket 0: NaN
-                            -0.0f, -0.0f, -0.0f, -0.0f, 0, 0, 0, 0,      // bucket 1: zeros
-                            -3e38f, 3e38f, 0, 1, 2, 3, 4, 5,             // bucket 2: overflow
-                            1e-45f, 2e-45f, 0, 0, 1e-45f, 0, 0, 3e-45f,  // 3: subnormal
-                            INFINITY, 0, 0, 0, 0, 0, 0, 0};              // bucket 4: Inf
+    std::vector<float> x = {1,        2,      3,     NAN,   5,      6, 7, 8,  // bucket 0: NaN
+                            -0.0f,    -0.0f,  -0.0f, -0.0f, 0,      0, 0, 0,  // bucket 1: zeros
+                            -3e38f,   3e38f,  0,     1,     2,      3, 4, 5,  // bucket 2: overflow
+                            1e-45f,   2e-45f, 0,     0,     1e-45f, 0, 0, 3e-45f,  // 3: subnormal
+                            INFINITY, 0,      0,     0,     0,      0, 0, 0};      // bucket 4: Inf
     std::vector<uint8_t> buf(size_t(encoded_bytes(int64_t(x.size()), o)));
     EXPECT_EQ(0, encode(x.data(), int64_t(x.size()), o, StreamKey{}, 0, buf.data())) << path;
     std::vector<float> y(x.size());
