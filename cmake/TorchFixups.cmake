@@ -10,7 +10,7 @@
 #    directory then leads the RPATH and the linker resolves libtorch_cuda's NCCL there
 #    (undefined ncclComm* symbols with a 13.0 toolkit and a cu132 wheel). The CUDA runtime
 #    the wheel ships (site-packages/nvidia/*/lib) is used instead, and nvrtc is left to
-#    libtorch_cuda, which loads its own (lockstep calls no CUDA).
+#    libtorch_cuda, which loads its own (lockstep's CUDA parts use only the runtime).
 if(NOT DEFINED TORCH_INSTALL_PREFIX)
   return()
 endif()
