@@ -135,7 +135,9 @@ void ProcessGroup::comm_loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       running_ = false;
-      in_collective_ = false;
+      // A waiting thread may be running an op itself (run_here), which set the flag and
+      // clears it when done: clearing it here would hide that op from the stall inspector.
+      if (!running_here_) in_collective_ = false;
       cv_.wait(lock, [&] { return !running_here_ && (stopping_ || !queue_.empty()); });
       if (queue_.empty()) {
         exited_ = true;
