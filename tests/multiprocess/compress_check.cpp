@@ -240,10 +240,18 @@ void check_pipelined_steps(lockstep::ProcessGroup& g) {
       for (int64_t i = 0; i < n; ++i) p_[i] = input(me, i + 31 * int64_t(step));
     }
     at::Tensor y = x.clone();
-    a.run(g, x, step % 2 == 0);
-    b.run(g, y, step % 2 == 0);
+    const auto sa = a.run(g, x, step % 2 == 0).seconds;
+    const auto sb = b.run(g, y, step % 2 == 0).seconds;
     EXPECT(at::equal(x, y), "step %d: pipelined (%d rounds) differs from one round (max diff %g)",
            step, b.rounds(), (x - y).abs().max().item<double>());
+    // Where the time went (AllreduceStats::seconds): every phase of a call that crossed a
+    // link took some time (the bias goes in the plain allreduce), one-round and pipelined.
+    for (const auto& s : {sa, sb})
+      EXPECT(P == 1 || (s.encode > 0 && s.alltoall > 0 && s.reduce > 0 && s.reencode > 0 &&
+                        s.allgather > 0 && s.decode > 0 && s.plain > 0),
+             "step %d: phase seconds encode %g alltoall %g reduce %g reencode %g allgather %g "
+             "decode %g plain %g",
+             step, s.encode, s.alltoall, s.reduce, s.reencode, s.allgather, s.decode, s.plain);
   }
 }
 
