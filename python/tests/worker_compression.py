@@ -9,6 +9,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import lockstep
+import training
 
 STEPS = 40
 
@@ -31,33 +32,11 @@ def main():
     dist.all_reduce(q)
     err = (q - exact).abs().max().item()
     mean_err = (q - exact).mean().item()
-    every = [torch.empty_like(q) for _ in range(world)]
-    dist.all_gather(every, q)
-    same = all(torch.equal(every[0], e) for e in every)
+    same = training.identical_on_all_ranks(q, world)
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
-                                torch.nn.Linear(128, 128), torch.nn.ReLU(),
-                                torch.nn.Linear(128, 4))
-    ddp = DDP(model, bucket_cap_mb=0.05)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
-    # a learnable task: the class is the argmax of 4 fixed projections of the input
-    proj = torch.randn(64, 4, generator=torch.Generator().manual_seed(1))
-    data = torch.Generator().manual_seed(10 + rank)
-    losses = []
-    for _ in range(STEPS):
-        xb = torch.randn(32, 64, generator=data)
-        yb = (xb @ proj).argmax(1)
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(ddp(xb), yb)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    flat = torch.cat([p.detach().reshape(-1) for p in ddp.parameters()])
-    every = [torch.empty_like(flat) for _ in range(world)]
-    dist.all_gather(every, flat)
-    replicas_same = all(torch.equal(every[0], e) for e in every)
-    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    ddp = DDP(training.mlp(), bucket_cap_mb=0.05)
+    first, last = training.train(ddp, rank, STEPS)
+    replicas_same = training.parameters_identical(ddp, world)
     if rank == 0:
         print(f"4-bit QSGD allreduce of 100003 floats, {world} ranks: max |error| {err:.3g}, "
               f"mean error {mean_err:.3g}, results identical on all ranks: {same}")

@@ -3,42 +3,24 @@ and the replicas stay bit-identical; skip= leaves the named layers uncompressed.
 
 import sys
 
-import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import lockstep
+import training
 
 STEPS = 40
 
 
-def train(group, rank, world):
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
-                                torch.nn.Linear(128, 128), torch.nn.ReLU(),
-                                torch.nn.Linear(128, 4))
+def train_with_hook(group, rank, world):
+    model = training.mlp()
     ddp = DDP(model, process_group=group, bucket_cap_mb=0.05)
     seen = []
     state, hook = lockstep.hooks.qsgd(model=model, process_group=group, bits=4,
                                       skip=lambda name: seen.append(name) or name == "4.bias")
     ddp.register_comm_hook(state, hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
-    proj = torch.randn(64, 4, generator=torch.Generator().manual_seed(1))
-    data = torch.Generator().manual_seed(10 + rank)
-    losses = []
-    for _ in range(STEPS):
-        xb = torch.randn(32, 64, generator=data)
-        yb = (xb @ proj).argmax(1)
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(ddp(xb), yb)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    flat = torch.cat([p.detach().reshape(-1) for p in ddp.parameters()])
-    every = [torch.empty_like(flat) for _ in range(world)]
-    dist.all_gather(every, flat, group=group)
-    same = all(torch.equal(every[0], e) for e in every)
-    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    first, last = training.train(ddp, rank, STEPS)
+    same = training.parameters_identical(ddp, world, group)
     return first, last, same, state.step, "4.bias" in seen
 
 
@@ -48,7 +30,7 @@ def main():
     lk = dist.new_group(backend="lockstep")
     ok = True
     for name, group in (("gloo", dist.group.WORLD), ("lockstep", lk)):
-        first, last, same, steps, named = train(group, rank, world)
+        first, last, same, steps, named = train_with_hook(group, rank, world)
         if rank == 0:
             print(f"DDP + lockstep.hooks.qsgd (4 bits) over {name}, {world} ranks, {STEPS} steps: "
                   f"loss {first:.4f} -> {last:.4f}; replicas bit-identical: {same}; "
