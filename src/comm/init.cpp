@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -35,18 +36,23 @@ const char* env(const char* name) {
 
 constexpr double kMaxTimeoutS = 30 * 24 * 3600;  // 30 days: far beyond any op, no overflow
 
+// A number of seconds in [lo, kMaxTimeoutS] from the environment variable `name`, if set;
+// otherwise nothing. `lo_text` says the lower bound in the error message.
+std::optional<Millis> env_seconds(const char* name, double lo, const char* lo_text) {
+  const char* s = env(name);
+  if (s == nullptr) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(s, &end);
+  if (end == s || *end != '\0' || !(v >= lo && v <= kMaxTimeoutS))
+    throw ConfigError(detail::concat(name, "='", s, "' is not a number of seconds between ",
+                                     lo_text, " and ", kMaxTimeoutS));
+  return Millis(static_cast<int64_t>(v * 1000));
+}
+
 Millis default_timeout(const InitOptions& o) {
   if (o.timeout) return *o.timeout;
-  if (const char* s = env(lockstep::env::kTimeoutSeconds)) {
-    char* end = nullptr;
-    double v = std::strtod(s, &end);
-    if (end == s || *end != '\0' || !(v >= 0.001 && v <= kMaxTimeoutS))
-      throw ConfigError(detail::concat(lockstep::env::kTimeoutSeconds, "='", s,
-                                       "' is not a number of seconds between 0.001 and ",
-                                       kMaxTimeoutS));
-    return Millis(static_cast<int64_t>(v * 1000));
-  }
-  return ProcessGroupOptions{}.timeout;
+  return env_seconds(lockstep::env::kTimeoutSeconds, 0.001, "0.001")
+      .value_or(ProcessGroupOptions{}.timeout);
 }
 
 void check_timeout(Millis t) {
@@ -76,16 +82,8 @@ bool debug_detail(const InitOptions& o) {
 
 Millis stall_warn(const InitOptions& o) {
   if (o.stall_warn) return *o.stall_warn;
-  if (const char* s = env(lockstep::env::kStallWarnSeconds)) {
-    char* end = nullptr;
-    const double v = std::strtod(s, &end);
-    if (end == s || *end != '\0' || !(v >= 0 && v <= kMaxTimeoutS))
-      throw ConfigError(detail::concat(lockstep::env::kStallWarnSeconds, "='", s,
-                                       "' is not a number of seconds between 0 (never warn) and ",
-                                       kMaxTimeoutS));
-    return Millis(static_cast<int64_t>(v * 1000));
-  }
-  return ProcessGroupOptions{}.stall_warn;
+  return env_seconds(lockstep::env::kStallWarnSeconds, 0, "0 (never warn)")
+      .value_or(ProcessGroupOptions{}.stall_warn);
 }
 
 std::string hostname() {
