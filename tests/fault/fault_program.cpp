@@ -33,6 +33,7 @@ struct LoopOptions {
   int victim = -1;               // -1: the last rank
   int at = 5;
   std::string death_file;
+  std::string ready_file;  // multi-host tests: rank 0 creates it once the loop runs
 };
 
 // Survivors: the CommError's message and how long after the victim's death it came.
@@ -46,6 +47,8 @@ int die_in_loop(lockstep::comm::ProcessGroup& pg, const LoopOptions& o) {
       }
       std::raise(o.signal == "STOP" ? SIGSTOP : SIGKILL);
     }
+    // An outside killer (tests/multihost: a whole host) waits for this before it strikes.
+    if (i == o.at && pg.rank() == 0 && !o.ready_file.empty()) std::ofstream(o.ready_file) << i;
     const bool barrier = o.op == "barrier" || (o.op == "mixed" && i % 2 == 1);
     try {
       if (barrier)
@@ -86,6 +89,9 @@ int main(int argc, char** argv) {
   app.add_option("--victim", loop.victim, "die-in-loop: the rank that dies (default: the last)");
   app.add_option("--at", loop.at, "die-in-loop: the iteration it dies at");
   app.add_option("--death-file", loop.death_file, "die-in-loop: where the victim notes its death");
+  app.add_option("--ready-file", loop.ready_file,
+                 "die-in-loop: rank 0 creates it at iteration --at (for a killer outside; "
+                 "--victim beyond the world size: nobody kills itself)");
   app.failure_message(CLI::FailureMessage::help);
   try {
     app.parse(argc, argv);

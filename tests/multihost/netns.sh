@@ -1,0 +1,182 @@
+# Multi-host harness: N "hosts", each a network namespace joined to the others by a bridge,
+# each of whose processes also runs in its own UTS (host name), PID and mount namespace
+# with a private /dev/shm and /etc/hosts, so that lockstep sees distinct machines:
+#   - "same node" is decided by host name (src/comm/init.cpp hostname());
+#   - same-machine liveness by boot id + pid namespace (gloo/local_peers.cpp machine_id());
+#   - shm segments live in /dev/shm.
+# Source it from a test script (bash); docs/multihost.md describes the setup.
+#
+#   mh_require                 exit 77 (ctest SKIP_RETURN_CODE) with the reason where the
+#                              namespaces cannot be made (not root, no ip/unshare, no veth...)
+#   mh_setup N                 hosts 1..N: namespace $MH_PREFIX-hI, address 10.77.0.I/24 on
+#                              its interface $MH_IF, host name hostI; removed on exit (trap)
+#   mh_shape RATE [DELAY]      tbf at RATE (e.g. 1gbit) on every host's link, both ways, plus
+#                              netem DELAY (e.g. 0.2ms) where the kernel has sch_netem
+#   mh_exec I CMD...           run CMD on host I (foreground; background it with &)
+#   mh_kill_host I             SIGKILL every process of host I
+#   mh_link I up|down          take host I's link up or down (a silent partition)
+#   mh_ip I                    host I's address
+# Names carry the shell's pid, so parallel runs never share a namespace, bridge or port
+# space; leftovers of runs killed before their trap ran (ctest's timeout SIGKILLs) are
+# removed by the next mh_setup.
+
+MH_PREFIX="mh$$"
+MH_IF=eth0  # inside each host's namespace, as on a real machine
+MH_NET=10.77.0
+MH_N=0
+MH_DIR=""
+MH_NETEM=0  # 1 once mh_shape added a delay
+
+mh_skip() {
+  echo "SKIP: $* (the multi-host tests need root and network namespaces: ip netns, veth, a" \
+    "bridge, unshare --uts --pid --mount)"
+  exit 77
+}
+
+mh_require() {
+  [[ $(id -u) == 0 ]] || mh_skip "not root"
+  local t
+  for t in ip unshare mount timeout; do
+    command -v "$t" >/dev/null || mh_skip "'$t' is not installed"
+  done
+  # Try everything once on a throwaway pair: namespace, veth, bridge, the unshares.
+  local ns="${MH_PREFIX}-probe" br="${MH_PREFIX}p" why=""
+  if ! ip netns add "$ns" 2>/dev/null; then
+    why="'ip netns add' failed"
+  elif ! ip link add "$br" type bridge 2>/dev/null; then
+    why="cannot make a bridge"
+  elif ! ip link add "${MH_PREFIX}q" type veth peer name "$MH_IF" netns "$ns" 2>/dev/null; then
+    why="cannot make a veth pair"
+  elif ! ip netns exec "$ns" unshare --uts --pid --fork --kill-child --mount-proc --mount \
+    sh -c "hostname probe && mount -t tmpfs tmpfs /dev/shm" 2>/dev/null; then
+    why="'unshare --uts --pid --mount' or a tmpfs mount failed"
+  fi
+  ip link del "$br" 2>/dev/null
+  ip link del "${MH_PREFIX}q" 2>/dev/null
+  ip netns del "$ns" 2>/dev/null
+  [[ -z $why ]] || mh_skip "$why"
+}
+
+mh_ns() { echo "${MH_PREFIX}-h$1"; }
+mh_ip() { echo "$MH_NET.$1"; }
+mh_veth() { echo "${MH_PREFIX}v$1"; }  # the root namespace's end of host I's link
+
+# Namespaces and bridges of earlier runs whose shell is gone.
+mh_remove_stale() {
+  local ns pid
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^mh[0-9]+-h[0-9]+$'); do
+    pid=${ns%%-*}; pid=${pid#mh}
+    [[ -d /proc/$pid ]] && continue
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+  done
+  local dev
+  for dev in $(ip -br link 2>/dev/null | awk '{print $1}' | sed 's/@.*//' | grep -E '^mh[0-9]+(br|v[0-9]+)$'); do
+    pid=${dev#mh}; pid=${pid%%[bv]*}
+    [[ -d /proc/$pid ]] || ip link del "$dev" 2>/dev/null
+  done
+}
+
+mh_cleanup() {
+  local i
+  for ((i = 1; i <= MH_N; i++)); do
+    ip netns pids "$(mh_ns "$i")" 2>/dev/null | xargs -r kill -9 2>/dev/null
+  done
+  for ((i = 1; i <= MH_N; i++)); do
+    # The namespace itself may outlive its name for minutes: TCP sockets closed with data
+    # unacknowledged (a partitioned host) hold it until they give up. Deleting the veth
+    # pair leaves nothing of it visible in the root namespace meanwhile.
+    ip link del "$(mh_veth "$i")" 2>/dev/null
+    ip netns del "$(mh_ns "$i")" 2>/dev/null
+  done
+  ip link del "${MH_PREFIX}br" 2>/dev/null
+  [[ -n $MH_DIR && -z ${KEEP:-} ]] && rm -rf "$MH_DIR"
+  MH_N=0
+}
+
+mh_setup() {
+  local n=$1 i ns br="${MH_PREFIX}br"
+  mh_remove_stale
+  MH_DIR=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-multihost.XXXXXX")
+  MH_N=$n
+  trap 'mh_cleanup' EXIT
+  trap 'mh_cleanup; exit 130' INT
+  trap 'mh_cleanup; exit 143' TERM
+  ip link add "$br" type bridge || mh_skip "cannot make a bridge"
+  ip link set "$br" up
+  : >"$MH_DIR/hosts"
+  printf '127.0.0.1 localhost\n' >>"$MH_DIR/hosts"
+  for ((i = 1; i <= n; i++)); do
+    ns=$(mh_ns "$i")
+    ip netns add "$ns" || mh_skip "'ip netns add $ns' failed"
+    ip link add "$(mh_veth "$i")" type veth peer name "$MH_IF" netns "$ns"
+    ip link set "$(mh_veth "$i")" master "$br" up
+    ip -n "$ns" addr add "$(mh_ip "$i")/24" dev "$MH_IF"
+    ip -n "$ns" link set "$MH_IF" up
+    ip -n "$ns" link set lo up
+    printf '%s host%d\n' "$(mh_ip "$i")" "$i" >>"$MH_DIR/hosts"
+  done
+  # The bridge takes a moment to forward (no STP: forward delay 0, but the ports start
+  # in "listening" briefly): wait until host 1 reaches every other host.
+  for ((i = 2; i <= n; i++)); do mh_wait_reachable 1 "$i" || return 1; done
+}
+
+# mh_wait_reachable FROM TO: a TCP connect from host FROM to a listener on host TO.
+mh_wait_reachable() {
+  local from=$1 to=$2 try
+  ip netns exec "$(mh_ns "$to")" timeout 10 python3 -c '
+import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 9)); s.listen(); s.settimeout(10); s.accept()' 2>/dev/null &
+  local listener=$!
+  for try in $(seq 100); do
+    if ip netns exec "$(mh_ns "$from")" python3 -c "
+import socket; socket.create_connection(('$(mh_ip "$to")', 9), timeout=0.2)" 2>/dev/null; then
+      wait $listener 2>/dev/null
+      return 0
+    fi
+    sleep 0.1
+  done
+  kill $listener 2>/dev/null
+  echo "mh_setup: host $from cannot reach host $to ($(mh_ip "$to"))" >&2
+  return 1
+}
+
+mh_shape() {
+  local rate=$1 delay=${2:-} i ns
+  for ((i = 1; i <= MH_N; i++)); do
+    # Each host's egress (inside its namespace) and its ingress (the bridge end, egress
+    # towards the host): RATE each way, as a full-duplex link.
+    for dev in "-n $(mh_ns "$i") $MH_IF" "$(mh_veth "$i")"; do
+      # shellcheck disable=SC2086
+      set -- ${dev}
+      local where=("${@:1:$#-1}") d=${!#}
+      if [[ -n $delay ]] &&
+        tc "${where[@]}" qdisc add dev "$d" root handle 1: netem delay "$delay" 2>/dev/null; then
+        MH_NETEM=1
+        tc "${where[@]}" qdisc add dev "$d" parent 1: handle 2: tbf rate "$rate" burst 256kb \
+          latency 50ms || return 1
+      else
+        tc "${where[@]}" qdisc add dev "$d" root handle 2: tbf rate "$rate" burst 256kb \
+          latency 50ms || return 1
+      fi
+    done
+  done
+  if [[ -n $delay && $MH_NETEM == 0 ]]; then
+    echo "mh_shape: note: this kernel has no sch_netem (CONFIG_NET_SCH_NETEM): links shaped" \
+      "to $rate without the $delay delay"
+  fi
+}
+
+# mh_exec I CMD...: CMD as a process of host I. --kill-child: killing the unshare (or the
+# test) kills the host's whole pid namespace.
+mh_exec() {
+  local i=$1
+  shift
+  ip netns exec "$(mh_ns "$i")" unshare --uts --pid --fork --kill-child --mount-proc --mount \
+    sh -c 'hostname "$1" && mount -t tmpfs tmpfs /dev/shm && mount --bind "$2" /etc/hosts &&
+      shift 2 && exec "$@"' sh "host$i" "$MH_DIR/hosts" "$@"
+}
+
+mh_kill_host() { ip netns pids "$(mh_ns "$1")" | xargs -r kill -9; }
+
+mh_link() { ip link set "$(mh_veth "$1")" "$2"; }
