@@ -16,6 +16,8 @@
 #   mh_kill_host I             SIGKILL every process of host I
 #   mh_link I up|down          take host I's link up or down (a silent partition)
 #   mh_ip I                    host I's address
+#   mh_mpirun PER_HOST ARGS... mpirun on host 1 over every host, PER_HOST ranks each: its
+#                              rsh agent starts each host's orted inside that host
 # Names carry the shell's pid, so parallel runs never share a namespace, bridge or port
 # space; leftovers of runs killed before their trap ran (ctest's timeout SIGKILLs) are
 # removed by the next mh_setup.
@@ -180,3 +182,35 @@ mh_exec() {
 mh_kill_host() { ip netns pids "$(mh_ns "$1")" | xargs -r kill -9; }
 
 mh_link() { ip link set "$(mh_veth "$1")" "$2"; }
+
+# OpenMPI's launch agent (plm_rsh_agent), called as `AGENT HOST COMMAND...` where ssh would
+# be: runs the orted command line on the host whose address is HOST, as mh_exec does.
+mh_mpi_agent() {
+  local agent=$MH_DIR/rsh-agent
+  {
+    echo '#!/usr/bin/env bash'
+    echo "prefix=$MH_PREFIX hosts=$MH_DIR/hosts"
+    cat <<'AGENT'
+i=${1##*.}  # 10.77.0.I -> host I
+shift
+exec ip netns exec "$prefix-h$i" unshare --uts --pid --fork --kill-child --mount-proc --mount \
+  sh -c 'hostname "host$1" && mount -t tmpfs tmpfs /dev/shm && mount --bind "$2" /etc/hosts &&
+    exec sh -c "$3"' sh "$i" "$hosts" "$*"
+AGENT
+  } >"$agent"
+  chmod +x "$agent"
+  echo "$agent"
+}
+
+# mh_mpirun PER_HOST ARGS...: mpirun (on host 1) with PER_HOST slots on every host, the
+# TCP BTL and the runtime's own connections on the hosts' eth0.
+mh_mpirun() {
+  local per=$1 hostlist="" i
+  shift
+  for ((i = 1; i <= MH_N; i++)); do hostlist+="${hostlist:+,}$(mh_ip "$i"):$per"; done
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mh_exec 1 \
+    timeout -s KILL "${MH_MPI_TIMEOUT:-300}" "${MPIRUN:-mpirun}" \
+    --mca plm_rsh_agent "$(mh_mpi_agent)" --host "$hostlist" -np $((per * MH_N)) \
+    --mca btl self,vader,tcp --mca pml ob1 --mca btl_tcp_if_include "$MH_IF" \
+    --mca oob_tcp_if_include "$MH_IF" "$@"
+}
