@@ -125,12 +125,12 @@ mh_setup() {
 
 # mh_wait_reachable FROM TO: a TCP connect from host FROM to a listener on host TO.
 mh_wait_reachable() {
-  local from=$1 to=$2 try
+  local from=$1 to=$2
   ip netns exec "$(mh_ns "$to")" timeout 10 python3 -c '
 import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("0.0.0.0", 9)); s.listen(); s.settimeout(10); s.accept()' 2>/dev/null &
   local listener=$!
-  for try in $(seq 100); do
+  for _ in $(seq 100); do
     if ip netns exec "$(mh_ns "$from")" python3 -c "
 import socket; socket.create_connection(('$(mh_ip "$to")', 9), timeout=0.2)" 2>/dev/null; then
       wait $listener 2>/dev/null
