@@ -175,7 +175,7 @@ std::vector<std::unique_ptr<CollectiveImpl>> make_impls(const std::string& impls
                                                         comm::ProcessGroup& control) {
   std::vector<std::unique_ptr<CollectiveImpl>> out;
   for (const std::string& name : split_csv(impls)) {
-    if (name == "shm" || name == "gloo" || name == "mpi")
+    if (name == "shm" || name == "gloo" || name == "mpi" || name == "hier")
       out.push_back(std::make_unique<Lockstep>(name, control));
     else if (name == "shm-shared")
       out.push_back(std::make_unique<LockstepShared>(control));
