@@ -12,6 +12,7 @@
 
 #include <lockstep/lockstep.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -24,15 +25,34 @@ namespace {
 
 struct Options {
   int nproc = 2;
-  std::string sizes = "4KiB,64KiB,1MiB,16MiB,64MiB,256MiB";
+  std::string sizes = "8B,4KiB,64KiB,1MiB,16MiB,64MiB,256MiB";
   std::string out = "bench-results/collectives.csv";
+  std::string ops = "allreduce,allgather,reduce_scatter";
+  // driver: which implementations to run (all if empty); worker: make_impls()'s list
+  std::string impls;
   // worker
   bool worker = false;
-  std::string impls;  // make_impls()
-  std::string csv;    // rank 0 appends its rows here
+  std::string csv;  // rank 0 appends its rows here
 };
 
 const char* const kOps[] = {"allreduce", "allgather", "reduce_scatter"};
+
+bool listed(const std::string& csv, const std::string& item) {
+  for (const std::string& x : split_csv(csv))
+    if (x == item) return true;
+  return false;
+}
+
+// The members of `all` that `filter` names (all of them if `filter` is empty).
+std::string pick(const std::string& all, const std::string& filter) {
+  std::string out;
+  for (const std::string& x : split_csv(all))
+    if (filter.empty() || listed(filter, x)) out += (out.empty() ? "" : ",") + x;
+  return out;
+}
+
+// float32 elements for a buffer of `bytes`: divisible by P, at least P.
+int64_t elements(int64_t bytes, int p) { return std::max<int64_t>(bytes / 4 / p * p, p); }
 
 double bus_factor(const std::string& op, int p) {
   if (p == 1) return 0;  // nothing crosses a link
@@ -45,8 +65,8 @@ double bus_factor(const std::string& op, int p) {
 void report(std::ostream& csv, const std::string& impl, const std::string& op, int64_t n, int p,
             double t) {
   const double algbw = n * 4.0 / t / 1e9, busbw = algbw * bus_factor(op, p);
-  std::printf("%-14s %-15s %8s  %10.3f ms  busbw %7.2f GB/s\n", impl.c_str(), op.c_str(),
-              format_size(n * 4).c_str(), t * 1e3, busbw);
+  std::printf("%-14s %-15s %8s  %12.1f us  busbw %7.2f GB/s\n", impl.c_str(), op.c_str(),
+              format_size(n * 4).c_str(), t * 1e6, busbw);
   std::fflush(stdout);
   if (csv)
     csv << impl << "," << op << "," << n * 4 << "," << p << "," << t << "," << algbw << "," << busbw
@@ -61,10 +81,10 @@ int run_worker(const Options& o) {
   if (control->rank() == 0 && !o.csv.empty()) csv.open(o.csv, std::ios::app);
   for (auto& impl : impls) {
     for (const std::string op : kOps) {
-      if (!impl->supports(op)) continue;
+      if (!impl->supports(op) || !listed(o.ops, op)) continue;
       for (int64_t bytes : parse_sizes(o.sizes)) {
-        const int64_t n = bytes / 4 / p * p;  // float32 elements, divisible by P
-        const double t = impl->time(op, n);   // median seconds; verifies the result
+        const int64_t n = elements(bytes, p);
+        const double t = impl->time(op, n);  // median seconds; verifies the result
         if (control->rank() == 0) report(csv, impl->name(), op, n, p, t);
       }
     }
@@ -86,15 +106,24 @@ bool run_job_command(const std::string& cmd, const char* what) {
 
 // The two jobs; their rank 0 append to `csv`. False if one failed.
 bool run_jobs(const Options& o, const std::string& csv) {
-  const std::string common = " collectives --worker --sizes " + o.sizes + " --csv '" + csv + "'";
-  std::string cmd = std::string("'") + LOCKSTEP_RUN_PATH + "' --nproc-per-node " +
-                    std::to_string(o.nproc) + " --master-port 0 " + self_command() + common +
-                    " --impls shm,shm-shared,gloo,c10d-gloo";
-  bool ok = run_job_command(cmd, "lockstep-run");
+  const std::string common =
+      " collectives --worker --sizes " + o.sizes + " --ops " + o.ops + " --csv '" + csv + "'";
+  bool ok = true;
+  const std::string local = pick("shm,shm-shared,gloo,c10d-gloo", o.impls);
+  if (!local.empty()) {
+    const std::string cmd = std::string("'") + LOCKSTEP_RUN_PATH + "' --nproc-per-node " +
+                            std::to_string(o.nproc) + " --master-port 0 " + self_command() +
+                            common + " --impls " + local;
+    ok = run_job_command(cmd, "lockstep-run");
+  }
 #ifdef LOCKSTEP_HAVE_MPI
-  cmd = std::string("'") + LOCKSTEP_MPIRUN_PATH + "' -np " + std::to_string(o.nproc) + " " +
-        self_command() + common + " --impls mpi,mpi-raw";
-  ok = run_job_command(cmd, "mpirun") && ok;
+  const std::string mpi = pick("mpi,mpi-raw", o.impls);
+  if (!mpi.empty()) {
+    const std::string cmd = std::string("'") + LOCKSTEP_MPIRUN_PATH + "' -np " +
+                            std::to_string(o.nproc) + " " + self_command() + common + " --impls " +
+                            mpi;
+    ok = run_job_command(cmd, "mpirun") && ok;
+  }
 #endif
   return ok;
 }
@@ -144,7 +173,7 @@ void print_table(const Options& o, const Rows& rows, const std::string& op) {
   if (shared) cols.emplace_back("shared/MPI");
   Table t(cols);
   for (int64_t bytes : parse_sizes(o.sizes)) {
-    const int64_t b = bytes / 4 / o.nproc * o.nproc * 4;
+    const int64_t b = elements(bytes, o.nproc) * 4;
     const Row* shm = rows.get("shm", op, b);
     const Row* sh = rows.get("shm-shared", op, b);
     const Row* peer_gloo = rows.get("c10d-gloo", op, b);
@@ -161,6 +190,27 @@ void print_table(const Options& o, const Rows& rows, const std::string& op) {
   std::printf("\n%s", t.str().c_str());
 }
 
+std::string micros(const Row* r) { return r ? fmt(r->t * 1e6, 1) : std::string("n/a"); }
+std::string time_ratio(const Row* x, const Row* y) {
+  return x && y && y->t > 0 ? fmt(x->t / y->t) + "x" : std::string("n/a");
+}
+
+// Allreduce latency: the time of one op, and shm's ratio to OpenMPI's (lower is better).
+void print_latency(const Options& o, const Rows& rows) {
+  Table t({"allreduce", "shm", "shm shared", "gloo", "mpi", "c10d-gloo", "MPI", "shm/MPI",
+           "shared/MPI"});
+  for (int64_t bytes : parse_sizes(o.sizes)) {
+    const int64_t b = elements(bytes, o.nproc) * 4;
+    const Row* mpi = rows.get("mpi-raw", "allreduce", b);
+    const Row* shm = rows.get("shm", "allreduce", b);
+    const Row* sh = rows.get("shm-shared", "allreduce", b);
+    t.add({format_size(b), micros(shm), micros(sh), micros(rows.get("gloo", "allreduce", b)),
+           micros(rows.get("mpi", "allreduce", b)), micros(rows.get("c10d-gloo", "allreduce", b)),
+           micros(mpi), time_ratio(shm, mpi), time_ratio(sh, mpi)});
+  }
+  std::printf("\n%s", t.str().c_str());
+}
+
 int run_driver(const Options& o) {
   const std::string tmp = o.out + ".tmp";
   std::remove(tmp.c_str());
@@ -170,7 +220,10 @@ int run_driver(const Options& o) {
   const Rows rows(tmp);
   std::rename(tmp.c_str(), o.out.c_str());
   std::printf("\nbus bandwidth, GB/s, %d ranks (float32; higher is better)\n", o.nproc);
-  for (const std::string op : kOps) print_table(o, rows, op);
+  for (const std::string op : kOps)
+    if (listed(o.ops, op)) print_table(o, rows, op);
+  std::printf("\nallreduce latency, us per op, %d ranks (median; lower is better)\n", o.nproc);
+  print_latency(o, rows);
   std::printf("\nCSV: %s\n", o.out.c_str());
   return ok ? 0 : 1;  // the tables show what the jobs measured before failing
 }
@@ -195,8 +248,11 @@ Command collectives_command(CLI::App& bench) {
       })
       ->capture_default_str();
   app->add_option("--out", o->out, "CSV file")->capture_default_str();
+  app->add_option("--ops", o->ops, "collectives to time, comma-separated")->capture_default_str();
+  app->add_option("--impls", o->impls,
+                  "implementations to run, comma-separated (default all): shm, shm-shared, "
+                  "gloo, c10d-gloo, mpi, mpi-raw");
   app->add_flag("--worker", o->worker)->group(kWorkerOnly);
-  app->add_option("--impls", o->impls)->group(kWorkerOnly);
   app->add_option("--csv", o->csv)->group(kWorkerOnly);
   return {app, [o] { return o->worker ? run_worker(*o) : run_driver(*o); }};
 }

@@ -14,13 +14,22 @@
 #include <mpi.h>
 #endif
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace lockstep::bench {
 namespace {
 
-// Warm-up, then at least 5 runs and 0.3 s (rank 0's clock decides for every rank).
-constexpr RunCount kRuns{.warmup = 2, .min_iters = 5, .max_iters = 50, .min_seconds = 0.3};
+// Warm-up, then at least 5 samples and 0.3 s (rank 0's clock decides for every rank).
+constexpr RunCount kRuns{.warmup = 2, .min_iters = 5, .max_iters = 100, .min_seconds = 0.3};
+
+// Ops per timed sample: one for large buffers; for small ones a batch back to back (up
+// to 200 ops of 8 B, 32 of 64 KiB), so a sample is far longer than the barrier and clock
+// reads around it and small-message latency is the median of thousands of ops.
+int ops_per_sample(int64_t bytes) {
+  return static_cast<int>(
+      std::clamp<int64_t>((int64_t{2} << 20) / std::max<int64_t>(bytes, 1), 1, 200));
+}
 
 class Base : public CollectiveImpl {
  public:
@@ -33,9 +42,16 @@ class Base : public CollectiveImpl {
     if (op == "allgather") in = at::empty({part}, at::kFloat), out = at::empty({n}, at::kFloat);
     if (op == "reduce_scatter")
       in = at::empty({n}, at::kFloat), out = at::empty({part}, at::kFloat);
+    // Timed on zeros (sums stay 0: no overflow to inf over a batch), checked on r+1.
+    in.zero_();
+    const int reps = ops_per_sample(in.numel() * 4);
+    auto times = time_runs(
+        [&] {
+          for (int i = 0; i < reps; ++i) run(op, out, in);
+        },
+        &control_, kRuns);
+    for (double& t : times) t /= reps;
     in.fill_(r + 1);  // rank r contributes r+1 everywhere
-    auto times = time_runs([&] { run(op, out, in); }, &control_, kRuns);
-    in.fill_(r + 1);
     run(op, out, in);
     // Every rank learns whether any rank got a wrong result, so all throw together
     // instead of the others waiting in the next collective for the one that threw.

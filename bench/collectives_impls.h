@@ -14,8 +14,9 @@ class CollectiveImpl {
   virtual ~CollectiveImpl() = default;
   virtual std::string name() const = 0;
   virtual bool supports(const std::string& op) const = 0;
-  // Median seconds of `op` over float32 buffers of n elements (allreduce: the tensor;
-  // allgather: the output; reduce_scatter: the input). Verifies the result; throws if wrong.
+  // Median seconds per op of `op` over float32 buffers of n elements (allreduce: the
+  // tensor; allgather: the output; reduce_scatter: the input); small buffers are timed in
+  // batches of ops back to back. Verifies the result; throws if wrong.
   virtual double time(const std::string& op, int64_t n) = 0;
 };
 

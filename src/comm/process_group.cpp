@@ -25,6 +25,19 @@ ProcessGroup::ProcessGroup(std::unique_ptr<Backend> backend, ProcessGroupOptions
 
 namespace {
 bool is_collective(OpKind k) { return k != OpKind::Send && k != OpKind::Recv; }
+
+// Small ops on a deadline-bounded backend (shm) are queued without waking the comm
+// thread while it polls (within kActiveFor of the last op): the caller's wait() will
+// most likely run the op itself (run_here), and a wake would cost a futex syscall and
+// a context switch on another core, several times the op itself. An op nobody waits on
+// is taken by the comm thread's next poll, after at most ~kDeferFor.
+constexpr uint64_t kDeferBytes = 64 << 10;
+constexpr Clock::duration kDeferFor = std::chrono::milliseconds(1);
+constexpr Clock::duration kActiveFor = std::chrono::milliseconds(100);
+
+uint64_t op_bytes(const OpDesc& d) {
+  return static_cast<uint64_t>(std::max<int64_t>(d.numel, 0)) * c10::elementSize(d.dtype);
+}
 }  // namespace
 
 void ProcessGroup::start_inspector() {
@@ -123,10 +136,22 @@ WorkPtr ProcessGroup::enqueue(OpDesc desc, Millis timeout,
     work->finish(broken_);
     return work;
   }
-  queue_.push_back(Task{work, desc, timeout, std::move(run)});
+  const Clock::time_point now = Clock::now();
+  active_until_ = now + kActiveFor;
+  const bool defer = polling_ && queue_.empty() && backend_->bounded_by_deadline() &&
+                     op_bytes(desc) <= kDeferBytes;
+  queue_.push_back(Task{work, desc, timeout, std::move(run), defer, now});
   lock.unlock();
-  cv_.notify_one();
+  if (!defer) cv_.notify_one();
   return work;
+}
+
+bool ProcessGroup::front_ready_locked(Clock::time_point now) const {
+  if (running_here_) return false;
+  if (stopping_) return true;
+  if (queue_.empty()) return false;
+  const Task& t = queue_.front();
+  return !t.deferred || queue_.size() > 1 || now - t.queued_at >= kDeferFor;
 }
 
 void ProcessGroup::comm_loop() {
@@ -138,7 +163,17 @@ void ProcessGroup::comm_loop() {
       // A waiting thread may be running an op itself (run_here), which set the flag and
       // clears it when done: clearing it here would hide that op from the stall inspector.
       if (!running_here_) in_collective_ = false;
-      cv_.wait(lock, [&] { return !running_here_ && (stopping_ || !queue_.empty()); });
+      for (;;) {
+        const Clock::time_point now = Clock::now();
+        if (front_ready_locked(now)) break;
+        if (queue_.empty() && now >= active_until_) {
+          cv_.wait(lock);  // idle: enqueue() will wake us
+          continue;
+        }
+        polling_ = true;  // recent ops: poll, so that small ones need no wake
+        cv_.wait_for(lock, kDeferFor);
+        polling_ = false;
+      }
       if (queue_.empty()) {
         exited_ = true;
         cv_.notify_all();
@@ -174,13 +209,17 @@ void ProcessGroup::run_here(Work& w) {
     entered_locked(task.desc, Clock::now());
   }
   run_task(task);
+  bool queued;
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_here_ = false;
     in_collective_ = false;
     here_thread_ = std::thread::id();
+    queued = !queue_.empty() || stopping_;
   }
-  cv_.notify_all();  // the comm thread may take the ops queued behind it
+  // The comm thread may take the ops queued behind it; with none, a wake would only
+  // cost it (and this core) a context switch.
+  if (queued) cv_.notify_all();
 }
 
 void ProcessGroup::run_task(Task& task) {

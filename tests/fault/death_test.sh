@@ -103,6 +103,15 @@ else
   case_run kill-barrier 1 KILL mixed
   check_survivors kill-barrier 1 barrier
   check_launcher_names kill-barrier 1
+  if [[ $backend == shm ]]; then
+    # Stopped, not dead: the waits' liveness checks read its state in /proc and give up
+    # on it after 3 s stopped (WaitPolicy::stop_limit): asserted within 5 s here.
+    case_run stop 2 STOP mixed
+    bound=5 check_survivors stop 2 barrier
+    if grep -q "rank 2 (pid [0-9]*, this host) is stopped (SIGSTOP/SIGTSTP)" "$out"; then
+      pass "stop: the error says rank 2 is stopped"
+    else fail "stop: no 'rank 2 ... is stopped' in the output"; fi
+  fi
   if [[ $backend == gloo ]]; then
     case_run kill-store-host 0 KILL allreduce  # rank 0 hosts the rendezvous store
     check_survivors kill-store-host 0 allreduce

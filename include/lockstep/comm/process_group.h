@@ -127,9 +127,16 @@ class ProcessGroup {
     OpDesc desc;
     Millis timeout;
     std::function<void(const OpContext&)> run;
+    // Queued without waking the comm thread (a small op on a deadline-bounded backend:
+    // its waiter will likely run it, see enqueue()); the comm thread takes it only
+    // once it has waited a while, or another op queues behind it.
+    bool deferred = false;
+    Clock::time_point queued_at{};
   };
   WorkPtr enqueue(OpDesc desc, Millis timeout, std::function<void(const OpContext&)> run);
   void comm_loop();
+  // Whether the comm thread should take the queue's front now (see Task::deferred).
+  bool front_ready_locked(Clock::time_point now) const;
   void run_task(Task& task);
   // Runs `w` on the calling thread if it is next in the queue and the comm thread is
   // idle (Work::wait's fast path: no hand-off to the comm thread and back).
@@ -154,10 +161,12 @@ class ProcessGroup {
   std::condition_variable cv_;
   std::deque<Task> queue_;
   bool stopping_ = false;
-  bool exited_ = false;          // the comm thread has left its loop
-  bool running_ = false;         // the comm thread has a task in the backend
-  bool running_here_ = false;    // a waiting thread has one (run_here)
-  std::thread::id here_thread_;  // ... and this is that thread
+  bool exited_ = false;               // the comm thread has left its loop
+  bool running_ = false;              // the comm thread has a task in the backend
+  bool running_here_ = false;         // a waiting thread has one (run_here)
+  bool polling_ = false;              // the comm thread sleeps with a timeout: no wake needed
+  Clock::time_point active_until_{};  // the comm thread polls until then (recent ops)
+  std::thread::id here_thread_;       // ... and this is that thread
   Clock::time_point running_deadline_;
   uint64_t next_seq_ = 1;                 // collectives
   std::exception_ptr broken_;             // first failure; later ops fail with it

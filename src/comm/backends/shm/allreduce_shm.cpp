@@ -45,6 +45,8 @@
 namespace lockstep::comm::shm {
 namespace {
 
+constexpr int kMaxSmallRanks = 64;  // the small path's source list lives on the stack
+
 // Same-dtype contiguous tensors seen as one flat byte array, in list order.
 class Flat {
  public:
@@ -132,8 +134,36 @@ void reduce_to(const std::vector<const char*>& srcs, const std::vector<char*>& d
 }  // namespace
 
 void ShmBackend::allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) {
+  const uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();
+  if (size_ > 1 && bytes <= options_.small_bytes && t.is_contiguous()) {
+    // The latency path: no tensor list, no Flat, no allocation.
+    allreduce_small(static_cast<char*>(t.data_ptr()), t.numel(), t.scalar_type(), op, ctx);
+    return;
+  }
   std::vector<at::Tensor> one{t};
   allreduce_coalesced(one, op, ctx);
+}
+
+void ShmBackend::allreduce_small(char* data, int64_t n, at::ScalarType dt, ReduceOp op,
+                                 const OpContext& ctx) {
+  // One handshake: the data travels with the descriptor round (one post, one wait per
+  // peer), then each rank reduces the P small slots in rank order (the same bits on
+  // every rank) straight into its tensor.
+  const int64_t es = static_cast<int64_t>(c10::elementSize(dt));
+  begin(OpKind::Allreduce, n, dt, op, -1, ctx, data, static_cast<size_t>(n * es));
+  if (n == 0) return;
+  const int P = size_;
+  const ReduceOp rop = op == ReduceOp::Avg ? ReduceOp::Sum : op;
+  if (P > kMaxSmallRanks) {  // rare: a heap list
+    std::vector<const void*> many(P);
+    for (int r = 0; r < P; ++r) many[r] = small_slot(r);
+    reduce_many(data, many.data(), P, n, dt, rop);
+  } else {
+    const void* srcs[kMaxSmallRanks];
+    for (int r = 0; r < P; ++r) srcs[r] = small_slot(r);
+    reduce_many(data, srcs, P, n, dt, rop);
+  }
+  if (op == ReduceOp::Avg) divide_inplace(data, n, dt, P);
 }
 
 void ShmBackend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
@@ -148,20 +178,15 @@ void ShmBackend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
   const ReduceOp rop = op == ReduceOp::Avg ? ReduceOp::Sum : op;
 
   if (P > 1 && static_cast<uint64_t>(n * es) <= options_.small_bytes) {
-    // One handshake: the data travels with the descriptor round.
-    std::vector<char> gathered;
     char* data = flat.contiguous();
-    if (data == nullptr) {
-      gathered.resize(n * es);
-      flat.gather(gathered.data(), 0, n * es);
-      data = gathered.data();
+    if (data != nullptr || n == 0) {
+      allreduce_small(data, n, dt, op, ctx);
+      return;
     }
-    begin(OpKind::Allreduce, n, dt, op, -1, ctx, data, n * es);
-    std::vector<const void*> srcs(P);
-    for (int r = 0; r < P; ++r) srcs[r] = small_slot(r);
-    reduce_many(data, srcs.data(), P, n, dt, rop);
-    if (divisor > 0) divide_inplace(data, n, dt, divisor);
-    if (!gathered.empty()) flat.scatter(data, 0, n * es);
+    std::vector<char> gathered(n * es);
+    flat.gather(gathered.data(), 0, n * es);
+    allreduce_small(gathered.data(), n, dt, op, ctx);
+    flat.scatter(gathered.data(), 0, n * es);
     return;
   }
   const uint64_t bytes = static_cast<uint64_t>(n * es);

@@ -170,12 +170,13 @@ void ShmBackend::rendezvous(const StorePtr& store, const std::string& prefix, Mi
   Segment::unlink(name);  // every rank tries: whoever survives removes it
   for (int r = 0; r < size_; ++r)
     pids_[r] = static_cast<pid_t>(seg_.info(r).pid.load(std::memory_order_acquire));
+  live_ = Liveness(rank_, pids_, policy_);
 }
 
 Waiter ShmBackend::make_waiter(const OpContext& ctx, const OpDesc& d) {
   CommContext c = op_context(*this, d);
   c.timeout_s = std::chrono::duration<double>(ctx.timeout).count();
-  return Waiter(seg_, pids_, rank_, policy_, ctx, std::move(c), aborted_);
+  return Waiter(seg_, live_, rank_, policy_, ctx, std::move(c), aborted_);
 }
 
 Waiter ShmBackend::begin(OpKind kind, int64_t numel, at::ScalarType dtype, ReduceOp op, int root,
@@ -236,8 +237,8 @@ void ShmBackend::stage_others(int b, const char* src, int64_t n, int64_t off, in
 }
 
 void ShmBackend::wait_peer(Waiter& w, int peer, uint64_t target) const {
-  const std::atomic<uint64_t>& v = seg_.progress(peer).value;
-  w.wait_until([&] { return v.load(std::memory_order_acquire) >= target; }, peer);
+  Progress& p = seg_.progress(peer);
+  w.wait_until([&] { return p.value.load(std::memory_order_acquire) >= target; }, peer, &p, target);
 }
 
 void ShmBackend::wait_all(Waiter& w, uint64_t target) const {
@@ -269,6 +270,7 @@ void ShmBackend::abort() noexcept {
   seg_.header().abort_word.compare_exchange_strong(
       expected, encode_failure(Failure{CommError::Kind::Aborted, rank_, -1}),
       std::memory_order_acq_rel);
+  wake_all(seg_);  // sleepers (ours and the peers') see it now, not at their next check
 }
 
 }  // namespace lockstep::comm::shm

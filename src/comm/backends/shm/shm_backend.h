@@ -96,8 +96,9 @@ class ShmBackend final : public Backend {
   bool last_zero_copy() const { return last_zero_copy_; }
   // The small slot of `rank` for the collective begun last.
   const char* small_slot(int rank) const { return seg_.small(rank, (collectives_ - 1) % 2); }
-  // Bumps this rank's progress counter (publishing every write before it).
-  void post() { seg_.progress(rank_).value.store(++step_, std::memory_order_release); }
+  // Bumps this rank's progress counter (publishing every write before it), waking
+  // peers asleep on it, if any.
+  void post() { publish(seg_.progress(rank_), ++step_); }
   uint64_t step() const { return step_; }
   // Waits until `peer`'s counter reaches `target`.
   void wait_peer(Waiter& w, int peer, uint64_t target) const;
@@ -121,6 +122,9 @@ class ShmBackend final : public Backend {
 
  private:
   void rendezvous(const StorePtr& store, const std::string& prefix, Millis timeout);
+  // The small-allreduce path: `data` (n elements, contiguous) rides along with the
+  // descriptor round and is reduced from the P small slots in place.
+  void allreduce_small(char* data, int64_t n, at::ScalarType dt, ReduceOp op, const OpContext& ctx);
   void check_descriptors(Waiter& w, uint64_t slot);
   Waiter make_waiter(const OpContext& ctx, const OpDesc& d);
   const WireDesc& last_desc(int rank) const { return seg_.info(rank).desc[(collectives_ - 1) % 2]; }
@@ -132,10 +136,11 @@ class ShmBackend final : public Backend {
   Segment seg_;
   std::string seg_name_;  // its (unlinked) name: the stem of shared allocations' names
   std::vector<pid_t> pids_;
-  uint64_t step_ = 0;           // mirror of our progress counter (same on every rank between ops)
-  uint64_t collectives_ = 0;    // collectives begun; selects the descriptor slot
-  PathChooser paths_;           // rank 0's choice of the allreduce path
-  SharedRegions regions_;       // alloc_shared's live allocations
+  Liveness live_;             // the peers' pids and states, checked by waits that outlast the spin
+  uint64_t step_ = 0;         // mirror of our progress counter (same on every rank between ops)
+  uint64_t collectives_ = 0;  // collectives begun; selects the descriptor slot
+  PathChooser paths_;         // rank 0's choice of the allreduce path
+  SharedRegions regions_;     // alloc_shared's live allocations
   uint64_t shared_allocs_ = 0;  // allocations made: the next one's id (same on every rank)
   bool last_zero_copy_ = false;
   std::atomic<bool> aborted_{false};

@@ -53,9 +53,12 @@ struct alignas(kLine) Header {
   std::atomic<uint64_t> abort_word;
 };
 
-// Written only by its rank: how many collective phases it has completed.
+// Written only by its rank: how many collective phases it has completed. Waiters that
+// stop spinning sleep in futex_wait on the low 32 bits of `value` and count themselves
+// in `sleepers`, so the owner makes the wake syscall only when someone sleeps (shm_sync.h).
 struct alignas(kLine) Progress {
   std::atomic<uint64_t> value;
+  std::atomic<uint32_t> sleepers;
 };
 
 struct alignas(kLine) RankInfo {

@@ -2,11 +2,15 @@
 #include "comm/backends/shm/shm_sync.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,20 +25,71 @@ WaitPolicy WaitPolicy::for_group(int local_ranks) {
   if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = CPU_COUNT(&set);
   if (local_ranks > cores) {
     // A spinning waiter would steal the core of the rank it waits for.
-    p.spin_iters = 0;
+    p.spin = Clock::duration::zero();
     p.yield_window = std::chrono::microseconds(100);
   }
-  // LOCKSTEP_SHM_SPIN=<iterations> overrides (0: never spin, e.g. on a busy shared host).
+  // LOCKSTEP_SHM_SPIN=<microseconds> overrides (0: sleep at once, e.g. on a busy host).
   if (const char* v = std::getenv("LOCKSTEP_SHM_SPIN"); v != nullptr && *v != '\0') {
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);
-    if (*end != '\0' || n < 0 || n > 100000000)
-      throw ConfigError(
-          detail::concat("LOCKSTEP_SHM_SPIN=", v, ": expected a spin iteration count >= 0"));
-    p.spin_iters = static_cast<int>(n);
+    if (end == v || *end != '\0' || n < 0 || n > 10000000)
+      throw ConfigError(detail::concat("LOCKSTEP_SHM_SPIN=", v,
+                                       ": expected microseconds of spinning, 0 to 10000000"));
+    p.spin = std::chrono::microseconds(n);
     if (n == 0) p.yield_window = std::chrono::microseconds(100);
   }
   return p;
+}
+
+namespace {
+// The futex word of a progress counter: its low 32 bits, which change on every post.
+uint32_t* futex_word(Progress& p) {
+  static_assert(sizeof(std::atomic<uint64_t>) == 8, "a plain 64-bit counter");
+  auto* w = reinterpret_cast<uint32_t*>(&p.value);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  ++w;
+#endif
+  return w;
+}
+}  // namespace
+
+void futex_sleep(Progress& p, uint64_t seen, Clock::duration timeout) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::max(timeout, Clock::duration(std::chrono::microseconds(10))))
+                      .count();
+  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  // EAGAIN (the word moved on), EINTR, ETIMEDOUT: the caller re-checks in every case.
+  ::syscall(SYS_futex, futex_word(p), FUTEX_WAIT, static_cast<uint32_t>(seen), &ts, nullptr, 0);
+}
+
+void futex_wake(Progress& p) {
+  ::syscall(SYS_futex, futex_word(p), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+Liveness::Liveness(int rank, const std::vector<pid_t>& pids, const WaitPolicy& policy)
+    : rank_(rank), pids_(pids), every_(policy.liveness_every) {
+  // Every rank of an shm group runs on this machine; LocalPeers needs its id to agree.
+  const std::vector<std::string> ids(pids.size(), machine_id());
+  peers_ = LocalPeers(rank, ids, pids, policy.stop_limit);
+}
+
+int Liveness::check(Clock::time_point now, int peer, std::string* what) {
+  next_ = now + every_;
+  std::string found;
+  const int r = peers_.empty() ? -1 : peers_.check(&found);
+  // A rank we do not wait on may have finished and left (send/recv between others).
+  if (r >= 0 && (peer < 0 || r == peer)) {
+    *what = std::move(found);
+    return r;
+  }
+  // No comparable pid namespace (LocalPeers watches nobody), or it named another
+  // rank: whether the one we wait on exited.
+  for (int q = 0; q < static_cast<int>(pids_.size()); ++q) {
+    if (q == rank_ || (peer >= 0 && q != peer) || !process_gone(pids_[q])) continue;
+    *what = detail::concat("rank ", q, " (pid ", pids_[q], ") exited");
+    return q;
+  }
+  return -1;
 }
 
 // Layout: bit 63 set | kind (8 bits) | by_rank + 1 (16 bits) | peer + 1 (16 bits).
@@ -50,6 +105,10 @@ Failure decode_failure(uint64_t w) {
   f.by_rank = static_cast<int>((w >> 16) & 0xffff) - 1;
   f.peer = static_cast<int>(w & 0xffff) - 1;
   return f;
+}
+
+void wake_all(const Segment& seg) {
+  for (int r = 0; r < seg.config().world_size; ++r) futex_wake(seg.progress(r));
 }
 
 bool process_gone(pid_t pid) {
@@ -71,11 +130,10 @@ bool process_gone(pid_t pid) {
   return paren[2] == 'Z' || paren[2] == 'X';
 }
 
-Waiter::Waiter(const Segment& seg, const std::vector<pid_t>& pids, int rank,
-               const WaitPolicy& policy, const OpContext& ctx, CommContext base,
-               const std::atomic<bool>& local_abort)
+Waiter::Waiter(const Segment& seg, Liveness& live, int rank, const WaitPolicy& policy,
+               const OpContext& ctx, CommContext base, const std::atomic<bool>& local_abort)
     : seg_(seg),
-      pids_(pids),
+      live_(live),
       rank_(rank),
       policy_(policy),
       ctx_(ctx),
@@ -109,24 +167,31 @@ bool Waiter::detect_failure(Clock::time_point now, int peer, bool full) {
     return true;
   }
   if (!full) return false;
-  const int P = static_cast<int>(pids_.size());
-  for (int r = 0; r < P; ++r) {
-    if (r == rank_ || (peer >= 0 && r != peer)) continue;
-    if (process_gone(pids_[r])) {
-      pending_ = Failure{CommError::Kind::PeerGone, rank_, r};
-      pending_what_ = detail::concat("rank ", r, " (pid ", pids_[r], ") exited");
-      return true;
-    }
+  std::string what;
+  const int gone = live_.check(now, peer, &what);
+  if (gone < 0) return false;
+  pending_ = Failure{CommError::Kind::PeerGone, rank_, gone};
+  pending_what_ = std::move(what);
+  return true;
+}
+
+void Waiter::sleep(Progress& p, uint64_t target, Clock::time_point now) {
+  p.sleepers.fetch_add(1, std::memory_order_seq_cst);
+  const uint64_t seen = p.value.load(std::memory_order_seq_cst);
+  if (seen < target) {
+    const Clock::time_point until = std::min(ctx_.deadline, live_.next_due());
+    futex_sleep(p, seen, std::min<Clock::duration>(until - now, policy_.liveness_every));
   }
-  return false;
+  p.sleepers.fetch_sub(1, std::memory_order_release);
 }
 
 void Waiter::raise_pending() {
   // Publish our own findings (first writer wins) so peers stop waiting too.
   if (pending_.by_rank == rank_) {
     uint64_t expected = 0;
-    seg_.header().abort_word.compare_exchange_strong(expected, encode_failure(pending_),
-                                                     std::memory_order_acq_rel);
+    if (seg_.header().abort_word.compare_exchange_strong(expected, encode_failure(pending_),
+                                                         std::memory_order_acq_rel))
+      wake_all(seg_);
   }
   CommContext c = base_;
   c.peer = pending_.peer;
