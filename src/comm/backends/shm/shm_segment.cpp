@@ -17,7 +17,7 @@ namespace lockstep::comm::shm {
 namespace {
 
 constexpr uint64_t kMagic = 0x6c6f636b73746570ULL;  // "lockstep"
-constexpr uint32_t kVersion = 3;                    // 3: Progress::sleepers
+constexpr uint32_t kVersion = 4;                    // 3: Progress::sleepers; 4: Progress::cpu
 constexpr size_t kPage = 4096;
 
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }

@@ -56,9 +56,11 @@ struct alignas(kLine) Header {
 // Written only by its rank: how many collective phases it has completed. Waiters that
 // stop spinning sleep in futex_wait on the low 32 bits of `value` and count themselves
 // in `sleepers`, so the owner makes the wake syscall only when someone sleeps (shm_sync.h).
+// `cpu`: where the owner last posted; a waiter on the same CPU yields instead of spinning.
 struct alignas(kLine) Progress {
   std::atomic<uint64_t> value;
   std::atomic<uint32_t> sleepers;
+  std::atomic<int32_t> cpu;
 };
 
 struct alignas(kLine) RankInfo {

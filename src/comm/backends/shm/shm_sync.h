@@ -23,6 +23,7 @@
 
 #include <lockstep/error.h>
 
+#include <sched.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -57,6 +58,7 @@ void wake_all(const Segment& seg);
 inline void publish(Progress& p, uint64_t value) {
   // seq_cst store + load: a waiter that counted itself in `sleepers` before reading the
   // old value is seen here (both sides are in the single total order of seq_cst ops).
+  p.cpu.store(sched_getcpu(), std::memory_order_relaxed);  // glibc: rseq or vDSO, no syscall
   p.value.store(value, std::memory_order_seq_cst);
   if (p.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(p);
 }
@@ -108,8 +110,11 @@ class Waiter {
   template <typename Ready>
   void wait_until(Ready&& ready, int peer, Progress* sleep_on = nullptr, uint64_t target = 0) {
     if (ready()) return;
+    // A peer that last ran on our CPU cannot answer while we spin: go yield at once.
+    const bool alone =
+        sleep_on == nullptr || sleep_on->cpu.load(std::memory_order_relaxed) != sched_getcpu();
     const Clock::time_point spin_from = Clock::now();
-    for (uint32_t i = 1;; ++i) {
+    for (uint32_t i = 1; alone; ++i) {
       cpu_relax();
       if (ready()) return;
       if ((i & 63) == 0 && Clock::now() - spin_from >= policy_.spin) break;
