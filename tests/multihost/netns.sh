@@ -72,7 +72,11 @@ mh_remove_stale() {
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
     ip netns del "$ns" 2>/dev/null
   done
-  local dev
+  local dev dir
+  for dir in "${TMPDIR:-/tmp}"/lockstep-multihost.*.*; do
+    pid=${dir##*/lockstep-multihost.}; pid=${pid%%.*}
+    [[ -d $dir && $pid =~ ^[0-9]+$ && ! -d /proc/$pid ]] && rm -rf "$dir"
+  done
   for dev in $(ip -br link 2>/dev/null | awk '{print $1}' | sed 's/@.*//' | grep -E '^mh[0-9]+(br|v[0-9]+)$'); do
     pid=${dev#mh}; pid=${pid%%[bv]*}
     [[ -d /proc/$pid ]] || ip link del "$dev" 2>/dev/null
@@ -99,7 +103,7 @@ mh_cleanup() {
 mh_setup() {
   local n=$1 i ns br="${MH_PREFIX}br"
   mh_remove_stale
-  MH_DIR=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-multihost.XXXXXX")
+  MH_DIR=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-multihost.$$.XXXXXX")
   MH_N=$n
   trap 'mh_cleanup' EXIT
   trap 'mh_cleanup; exit 130' INT
