@@ -14,6 +14,8 @@
 // The driver runs, per round, every (ranks, config) as its own job:
 //   lockstep-run --nproc-per-node N SELF ddp --worker --backend shm|gloo
 //   scripts/mpirun.sh -np N SELF ddp --worker --backend mpi
+//   scripts/mpirun.sh -np N SELF ddp --worker --backend auto    (config "mpirun": no
+//     LOCKSTEP_BACKEND, so shm on one node over a store bootstrapped through MPI)
 //   N x  RANK=r WORLD_SIZE=N MASTER_ADDR=127.0.0.1 MASTER_PORT=p python3 bench/peers/pytorch_ddp.py
 // Workers print "RESULT key seconds" lines on rank 0 (see bench/ddp_worker.cpp); the
 // driver takes the median over rounds, prints one table with the peer beside us and the
@@ -57,8 +59,12 @@ std::string lockstep_cmd(const DdpArgs& a, const std::string& config, int n) {
   const size_t colon = config.find(':');
   const std::string backend = config.substr(0, colon);
   const std::string variant = colon == std::string::npos ? "" : config.substr(colon + 1);
-  const std::string flags =
-      worker_flags(a) + " --backend " + backend + (variant.empty() ? "" : " --" + variant);
+  const bool auto_mpirun = backend == "mpirun";
+  const std::string flags = worker_flags(a) + " --backend " + (auto_mpirun ? "auto" : backend) +
+                            (variant.empty() ? "" : " --" + variant);
+  if (auto_mpirun)
+    return kRankEnv + "env -u LOCKSTEP_BACKEND -u MASTER_PORT '" LOCKSTEP_MPIRUN_PATH "' -np " +
+           std::to_string(n) + " " + self_command() + flags;
   if (backend == "mpi")
     return kRankEnv + "'" LOCKSTEP_MPIRUN_PATH "' -np " + std::to_string(n) + " " + self_command() +
            flags;
@@ -276,6 +282,12 @@ void print_targets(const Report& rep) {
   if (!r2 || !r1) return;
   const double sc = rep.tput(r2, 2) / rep.tput(r1, 1);
   std::printf("\ntarget scaling >= 1.70x (shm): %.2fx  %s\n", sc, sc >= 1.7 ? "MET" : "MISSED");
+  if (const Result* m2 = rep.get("mpirun", "2")) {
+    const double ratio = m2->at("step") / r2->at("step");
+    std::printf(
+        "target 2-rank step under mpirun (auto: shm) <= 1.05x lockstep-run shm: %.3fx  %s\n", ratio,
+        ratio <= 1.05 ? "MET" : "MISSED");
+  }
   if (const Result* p2 = rep.get("pytorch", "2")) {
     const double ratio = r2->at("step") / p2->at("step");
     std::printf("target 2-rank step <= 0.75x PyTorch DDP (shm): %.2fx  %s\n", ratio,
@@ -305,10 +317,11 @@ int run_driver(const DdpArgs& a) {
 std::string check_configs(const std::string& configs) {
   for (const auto& c : split_csv(configs)) {
     const std::string b = c.substr(0, c.find(':')), v = c.substr(std::min(c.size(), b.size() + 1));
-    if ((b != "shm" && b != "gloo" && b != "mpi") || (!v.empty() && v != "view" && v != "private"))
+    if ((b != "shm" && b != "gloo" && b != "mpi" && b != "mpirun") ||
+        (!v.empty() && v != "view" && v != "private"))
       return "unknown config '" + c +
-             "' (a backend shm, gloo or mpi, optionally with :view or "
-             ":private)";
+             "' (a backend shm, gloo or mpi, or mpirun (mpirun with the default backend), "
+             "optionally with :view or :private)";
   }
   return "";
 }
@@ -333,7 +346,8 @@ Command ddp_command(CLI::App& bench) {
       ->check(check_nprocs)
       ->capture_default_str();
   app->add_option("--configs", a->configs,
-                  "lockstep configs, comma-separated: shm, gloo, mpi, shm:view, shm:private")
+                  "lockstep configs, comma-separated: shm, gloo, mpi, mpirun (under mpirun, "
+                  "default backend), shm:view, shm:private")
       ->check(check_configs)
       ->capture_default_str();
   app->add_option("--steps", a->steps, "timed steps")

@@ -451,7 +451,8 @@ std::string resolve_backend(const std::string& requested, const LaunchEnv& env_)
                                      " or InitOptions::backend); "
                                      "choose auto, shm, gloo, mpi or nccl"));
   if (b != "auto") return b;
-  if (env_.launcher == "mpirun" && mpi_available()) return "mpi";
+  // Under mpirun on one node: shm, its store bootstrapped through MPI (mpirun_store).
+  if (env_.launcher == "mpirun" && mpi_available() && !env_.single_node()) return "mpi";
   return env_.single_node() ? "shm" : "gloo";
 }
 
@@ -493,6 +494,33 @@ ProcessGroupOptions with_side_store(ProcessGroupOptions pgo, const std::string& 
   return pgo;
 }
 
+// Under mpirun (any backend but mpi): the store whose address MPI carries
+// (mpi_bootstrap_store, factories.h) instead of MASTER_ADDR/MASTER_PORT; fills e's.
+bool bootstraps_through_mpi(const LaunchEnv& e) {
+  return e.launcher == "mpirun" && e.world_size > 1 && mpi_available();
+}
+
+StorePtr mpirun_store(LaunchEnv& e, Millis timeout) {
+  static std::mutex mu;
+  static bool ready = false;
+  StorePtr store = mpi_bootstrap_store(e, timeout);
+  std::lock_guard<std::mutex> lock(mu);
+  if (!ready) {
+    if (e.rank == 0 && is_loopback(e.master_addr) && !restrict_store_to_loopback(e.master_port))
+      std::fprintf(stderr,
+                   "lockstep: warning: could not restrict the rendezvous store on port %d to "
+                   "loopback (SO_BINDTODEVICE needs Linux 5.7); it accepts other hosts too\n",
+                   e.master_port);
+    handshake(store, e);
+    ready = true;
+  }
+  return store;
+}
+
+StorePtr job_store(LaunchEnv& e, Millis timeout) {
+  return bootstraps_through_mpi(e) ? mpirun_store(e, timeout) : shared_store(e, timeout);
+}
+
 // Groups made in the same order on every rank get the same key namespace.
 std::string next_prefix() {
   static std::atomic<int> generation{0};
@@ -526,28 +554,26 @@ std::shared_ptr<ProcessGroup> make_group(const std::string& backend, const Store
 }  // namespace
 
 std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
-  const LaunchEnv e = options.env ? *options.env : LaunchEnv::from_environment();
+  LaunchEnv e = options.env ? *options.env : LaunchEnv::from_environment();
   const std::string backend = resolve_backend(options.backend, e);
   const ProcessGroupOptions pgo = group_options(options);
   if (backend == "mpi")
     return std::make_shared<ProcessGroup>(make_mpi_backend(e, pgo.timeout), pgo);
   const std::string prefix = next_prefix();
-  StorePtr store = shared_store(e, pgo.timeout);
+  StorePtr store = job_store(e, pgo.timeout);
   const auto hosts = join(store, prefix, e, pgo.timeout);
   return make_group(backend, store, prefix, e, hosts, with_side_store(pgo, backend, e, prefix));
 }
 
 std::shared_ptr<ProcessGroup> init_split(int color, const InitOptions& options) {
-  const LaunchEnv e = options.env ? *options.env : LaunchEnv::from_environment();
+  LaunchEnv e = options.env ? *options.env : LaunchEnv::from_environment();
   const std::string backend = resolve_backend(options.backend, e);
-  if (backend == "mpi")
-    throw ConfigError(
-        "process subgroups (init_split) are not available on the mpi backend yet; "
-        "use shm or gloo (LOCKSTEP_BACKEND=shm|gloo)");
   LOCKSTEP_CHECK(color >= 0, "init_split: color must be >= 0, got ", color);
   const ProcessGroupOptions pgo = group_options(options);
+  if (backend == "mpi")  // MPI_Comm_split over MPI_COMM_WORLD, key = world rank
+    return std::make_shared<ProcessGroup>(make_mpi_backend(e, pgo.timeout, color), pgo);
   const std::string prefix = next_prefix();
-  StorePtr store = shared_store(e, pgo.timeout);
+  StorePtr store = job_store(e, pgo.timeout);
   const std::string me = hostname();
   const auto all = join(store, prefix, e, pgo.timeout, std::to_string(color) + " " + me);
   LaunchEnv sub = e;  // the members, in world rank order

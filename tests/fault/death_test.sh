@@ -7,7 +7,8 @@
 # usage: death_test.sh FAULT_PROGRAM LOCKSTEP_RUN BACKEND [MPIRUN_SH]
 #   BACKEND: shm | gloo | gloo-remote (gloo with same-machine pid watching off, so the
 #   heartbeats and the store notice, the cross-node path, must find the rank) | mpi (under
-#   mpirun: MPIRUN_SH is scripts/mpirun.sh; lockstep-run cannot start an MPI job)
+#   mpirun: MPIRUN_SH is scripts/mpirun.sh; lockstep-run cannot start an MPI job) |
+#   mpirun-shm (under mpirun with no LOCKSTEP_BACKEND: shm, its store bootstrapped by MPI)
 set -u
 prog=$1; run=$2; kind=$3; mpirun_sh=${4:-}
 bound=10
@@ -15,6 +16,8 @@ export LOCKSTEP_TIMEOUT_S=60 MASTER_ADDR=127.0.0.1
 backend=$kind
 [[ $kind == gloo-remote ]] && { backend=gloo; export LOCKSTEP_LIVENESS_LOCAL=0; }
 export LOCKSTEP_BACKEND=$backend
+[[ $kind == mpirun-shm ]] && { backend=shm; unset LOCKSTEP_BACKEND MASTER_ADDR; }
+mpirun=0; [[ $kind == mpi || $kind == mpirun-shm ]] && mpirun=1
 tmp=$(mktemp -d); trap '[[ -n ${KEEP:-} ]] || rm -rf "$tmp"' EXIT
 failures=0; passes=0
 pass() { echo "PASS [$kind] $*"; passes=$((passes + 1)); }
@@ -36,7 +39,7 @@ case_run() {
   rm -f "$tmp/death"
   local args=(die-in-loop --victim "$victim" --signal "$sig" --op "$op" --at 5
               --death-file "$tmp/death")
-  if [[ $backend == mpi ]]; then
+  if [[ $mpirun == 1 ]]; then
     timeout 60 "$mpirun_sh" -np 3 "$prog" "${args[@]}" >"$out" 2>&1
   else
     # --notice-seconds: long enough for the heartbeats (gloo-remote), which a real remote
@@ -83,7 +86,7 @@ check_launcher_names() {  # NAME VICTIM: lockstep-run's summary blames the victi
   fi
 }
 
-if [[ $backend == mpi ]]; then
+if [[ $mpirun == 1 ]]; then
   case_run kill-allreduce 2 KILL allreduce
   # mpirun kills the job when it sees a rank die: the survivors' own message races it, and
   # mpirun's "process rank 2 ... exited on signal 9" names the rank either way.
@@ -96,6 +99,10 @@ if [[ $backend == mpi ]]; then
   if grep -q "MPI_Abort(MPI_COMM_WORLD, 3) instead of MPI_Finalize" "$out"; then
     pass "stop-barrier: the broken job ended with MPI_Abort, not a blocking MPI_Finalize"
   else fail "stop-barrier: no MPI_Abort: $(tail -3 "$out")"; fi
+  if [[ $kind == mpirun-shm ]]; then  # auto picked shm, not the MPI transport
+    if grep -q "rank [0-9]/3 \[shm\]" "$out"; then pass "stop-barrier: the group was shm"
+    else fail "stop-barrier: the group was not shm"; fi
+  fi
 else
   case_run kill-allreduce 2 KILL allreduce
   check_survivors kill-allreduce 2 allreduce

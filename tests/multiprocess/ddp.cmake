@@ -24,6 +24,16 @@ foreach(np 1 2 3)
   endif()
 endforeach()
 
+# mpirun on one node with no LOCKSTEP_BACKEND: shm (shared buckets) over an MPI-bootstrapped
+# store.
+if(LOCKSTEP_HAVE_MPI)
+  add_test(NAME ddp_equivalence_mpirun_auto_np2
+           COMMAND env -u LOCKSTEP_BACKEND -u MASTER_PORT -u MASTER_ADDR
+                   ${DDP_MPIRUN} -np 2 $<TARGET_FILE:ddp_equivalence>)
+  set_tests_properties(ddp_equivalence_mpirun_auto_np2 PROPERTIES
+    ENVIRONMENT "LOCKSTEP_TIMEOUT_S=60" TIMEOUT 180 LABELS "multiprocess;ddp")
+endif()
+
 foreach(np 2 3)
   foreach(backend ${DDP_BACKENDS})
     add_test(NAME ddp_model_mismatch_${backend}_np${np}

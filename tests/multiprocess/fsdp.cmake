@@ -14,9 +14,14 @@ foreach(np 1 2 3 4)
   endforeach()
 endforeach()
 if(LOCKSTEP_HAVE_MPI)
-  add_test(NAME fsdp_equivalence_mpi_np3 COMMAND ${MPIRUN} -np 3 $<TARGET_FILE:fsdp_equivalence>)
-  set_tests_properties(fsdp_equivalence_mpi_np3 PROPERTIES
-    ENVIRONMENT "LOCKSTEP_BACKEND=mpi;LOCKSTEP_TIMEOUT_S=60" TIMEOUT 300 LABELS "multiprocess;fsdp")
+  # np 4: hybrid_shard over two "nodes" of two ranks (MPI_Comm_split subgroups).
+  foreach(np 3 4)
+    add_test(NAME fsdp_equivalence_mpi_np${np}
+             COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:fsdp_equivalence>)
+    set_tests_properties(fsdp_equivalence_mpi_np${np} PROPERTIES
+      ENVIRONMENT "LOCKSTEP_BACKEND=mpi;LOCKSTEP_TIMEOUT_S=60" TIMEOUT 300
+      LABELS "multiprocess;fsdp")
+  endforeach()
 endif()
 foreach(backend shm gloo)
   add_test(NAME fsdp_model_mismatch_${backend}_np2

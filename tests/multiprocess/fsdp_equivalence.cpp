@@ -572,7 +572,7 @@ int main(int argc, char** argv) {
       run_case(pg, {n + " adamw f64", s, at::kDouble, true, 1e-10});
     }
     run_case(pg, {"full_shard adamw f32", S::FullShard, at::kFloat, true, 1e-4});
-    if (pg->backend_name() != "mpi") {  // subgroups: shm and gloo
+    {  // subgroups (init_split): every backend
       // Two "nodes" when P is even (P = 4: shards over {0,1} and {2,3}, replicas {0,2}
       // and {1,3}), else one.
       const int per_node = pg->size() % 2 == 0 ? pg->size() / 2 : pg->size();

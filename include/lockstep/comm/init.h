@@ -11,8 +11,9 @@
 namespace lockstep::comm {
 
 struct InitOptions {
-  // "auto" (mpi under mpirun, shm when all ranks share a node, else gloo), "shm", "gloo", "mpi".
-  // LOCKSTEP_BACKEND overrides the default.
+  // "auto" (shm when all ranks share a node, else gloo; mpi under mpirun across nodes),
+  // "shm", "gloo", "mpi". Under mpirun, every backend but mpi rendezvouses through a store
+  // whose address MPI carries (no MASTER_PORT needed). LOCKSTEP_BACKEND overrides the default.
   std::string backend = "auto";
   // Default timeout of every op; LOCKSTEP_TIMEOUT_S overrides the default.
   std::optional<Millis> timeout;
@@ -35,7 +36,8 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options = {});
 // init/init_split calls): a new group of the ranks that pass the same `color` (>= 0),
 // ordered by their rank in the job. For hierarchical schemes such as FSDP's HYBRID_SHARD:
 // init_split(node) for the ranks of one node, init_split(local_rank) for one rank per node.
-// shm and gloo; the mpi backend throws ConfigError (not available yet).
+// Every backend: shm and gloo rendezvous through the job's store; mpi splits
+// MPI_COMM_WORLD (MPI_Comm_split, key = world rank) into a communicator of its own.
 std::shared_ptr<ProcessGroup> init_split(int color, const InitOptions& options = {});
 std::string resolve_backend(const std::string& requested, const LaunchEnv& env);
 

@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace lockstep::comm {
@@ -20,10 +21,22 @@ std::unique_ptr<Backend> make_shm_backend(const StorePtr& store, const std::stri
 // c10d's ProcessGroupGloo over TCP.
 std::unique_ptr<Backend> make_gloo_backend(const StorePtr& store, const std::string& prefix,
                                            const LaunchEnv& env, Millis timeout);
-// OpenMPI's MPI_COMM_WORLD (the job must have been started by mpirun / srun --mpi).
-// Throws ConfigError when lockstep was built without MPI.
-std::unique_ptr<Backend> make_mpi_backend(const LaunchEnv& env, Millis timeout);
+// OpenMPI's MPI_COMM_WORLD (the job must have been started by mpirun / srun --mpi), or with
+// `color` the ranks of the world that pass the same color (>= 0), ordered by world rank
+// (MPI_Comm_split, key = world rank): e.g. color = local_rank for one rank per node.
+// Collective over MPI_COMM_WORLD: every rank calls it, in the same order as its other
+// group creations. Throws ConfigError when lockstep was built without MPI.
+std::unique_ptr<Backend> make_mpi_backend(const LaunchEnv& env, Millis timeout,
+                                          std::optional<int> color = std::nullopt);
 bool mpi_available();
+// A c10d store for a job that mpirun started, bootstrapped through MPI (initialized here
+// if need be, finalized at exit): rank 0 hosts a TCPStore on a free port and MPI_Bcast's
+// its address (MASTER_ADDR if set, else 127.0.0.1 for a single-node job, else rank 0's
+// host name) and port; every rank connects. Fills env.master_addr and env.master_port.
+// Collective over MPI_COMM_WORLD; once per process (later calls return the same store and
+// the same address). Throws ConfigError when lockstep was built without MPI, CommError
+// (Rendezvous) when a rank does not come within `timeout`.
+StorePtr mpi_bootstrap_store(LaunchEnv& env, Millis timeout);
 // NCCL over the GPU of this rank's local_rank (docs/gpu.md); the unique id travels through
 // `store`. Throws ConfigError when lockstep was built without CUDA.
 std::unique_ptr<Backend> make_nccl_backend(const StorePtr& store, const std::string& prefix,

@@ -1,4 +1,5 @@
-// The MPI backend: lockstep's collectives on a private duplicate of MPI_COMM_WORLD.
+// The MPI backend: lockstep's collectives on a private duplicate of MPI_COMM_WORLD, or of
+// a split of it (subgroups: init_split).
 //
 // Every op is MPI's nonblocking variant (large allreduces: a ring of nonblocking
 // messages, allreduce_ring_mpi.cpp) polled with MPI_Test, so an op can give up
@@ -69,7 +70,7 @@ class Backoff {
 
 }  // namespace
 
-MpiBackend::MpiBackend(const LaunchEnv& env, Millis timeout) {
+MpiBackend::MpiBackend(const LaunchEnv& env, Millis timeout, std::optional<int> color) {
   const auto start = Clock::now();
   const Where w{"rendezvous", 0, -1, "", -1, start, start + timeout, seconds(timeout)};
   {
@@ -84,28 +85,57 @@ MpiBackend::MpiBackend(const LaunchEnv& env, Millis timeout) {
           "; start the job with mpirun/srun alone, or pick another backend "
           "(LOCKSTEP_BACKEND=gloo|shm)"));
   }
+  if (color && *color < 0)
+    throw InvalidArgument(detail::concat("mpi: a group's color must be >= 0, got ", *color));
+  create_comms(w, color);
+  exchange_pids(w);
+}
+
+void MpiBackend::create_comms(const Where& w, std::optional<int> color) {
   // Private communicators per backend: two groups never match each other's messages.
-  // Duplicating is collective over the world, so it waits for every rank's init():
-  // nonblocking, so a rank that never comes is a Rendezvous error, not a hang.
-  for (MPI_Comm* c : {&comm_, &ring_comm_}) {
+  // Duplicating is collective, so it waits for every rank's init(): nonblocking, so a
+  // rank that never comes is a Rendezvous error, not a hang.
+  auto idup = [&](MPI_Comm from, MPI_Comm* to) {
     try {
-      run(w, "MPI_Comm_idup", [&](MPI_Request* r) { return MPI_Comm_idup(MPI_COMM_WORLD, c, r); },
-          {});
+      run(w, "MPI_Comm_idup", [&](MPI_Request* r) { return MPI_Comm_idup(from, to, r); }, {});
     } catch (const CommError& e) {
       if (e.kind() != CommError::Kind::Timeout) throw;
       fail(CommError::Kind::Rendezvous, w,
            "not every rank of MPI_COMM_WORLD created its mpi group within the timeout");
     }
     std::lock_guard<std::mutex> g(call_lock());
-    MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(*to, MPI_ERRORS_RETURN);
+  };
+  idup(MPI_COMM_WORLD, &comm_);
+  if (color) {
+    // MPI_Comm_split has no nonblocking form. It runs on the duplicate just made, whose
+    // completion shows that every rank of the world has entered this constructor: the
+    // split then waits only for ranks that are already on their way into it.
+    const int world_rank = rank_;
+    MPI_Comm world = comm_;
+    {
+      std::lock_guard<std::mutex> g(call_lock());
+      comm_ = MPI_COMM_NULL;
+      const int rc = MPI_Comm_split(world, *color, /*key=*/world_rank, &comm_);
+      MPI_Comm_free(&world);
+      check(rc, w, "MPI_Comm_split");
+      MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+      MPI_Comm_rank(comm_, &rank_);
+      MPI_Comm_size(comm_, &size_);
+    }
   }
-  exchange_pids(w);
+  idup(comm_, &ring_comm_);
 }
 
 void MpiBackend::exchange_pids(const Where& w) {
   constexpr int kBytes = 192;  // "<pid> <machine id>", NUL-padded
   std::vector<char> mine(kBytes, '\0'), all(static_cast<size_t>(kBytes) * size_, '\0');
-  const std::string me = detail::concat(::getpid(), " ", machine_id());
+  int world_rank = 0;
+  {
+    std::lock_guard<std::mutex> g(call_lock());
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  }
+  const std::string me = detail::concat(::getpid(), " ", world_rank, " ", machine_id());
   me.copy(mine.data(), std::min<size_t>(me.size(), kBytes - 1));
   run(w, "MPI_Iallgather",
       [&](MPI_Request* r) {
@@ -115,17 +145,25 @@ void MpiBackend::exchange_pids(const Where& w) {
       {});
   std::vector<std::string> ids(size_);
   std::vector<pid_t> pids(size_, 0);
+  std::vector<int> world(size_, -1);
+  bool subgroup = false;
   for (int r = 0; r < size_; ++r) {
     std::istringstream in(std::string(all.data() + static_cast<size_t>(r) * kBytes));
-    in >> pids[r] >> ids[r];
+    in >> pids[r] >> world[r] >> ids[r];
+    subgroup = subgroup || world[r] != r;
   }
+  if (subgroup) world_ranks_ = std::move(world);
   local_ = LocalPeers(rank_, ids, pids, kStoppedLimit);
 }
 
 int MpiBackend::dead_peer(Clock::time_point now, std::string* what) {
   if (local_.empty() || now < next_live_) return -1;
   next_live_ = now + kLivenessEvery;
-  return local_.check(what);
+  const int dead = local_.check(what);
+  // In a subgroup, rank numbers are the group's: name the world rank too (mpirun's).
+  if (dead >= 0 && !world_ranks_.empty())
+    *what += detail::concat(" [world rank ", world_ranks_[dead], "]");
+  return dead;
 }
 
 MpiBackend::~MpiBackend() {
@@ -396,8 +434,9 @@ void MpiBackend::barrier(const OpContext& ctx) {
   run(w, "MPI_Ibarrier", [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); }, {});
 }
 
-std::unique_ptr<Backend> make_mpi_backend(const LaunchEnv& env, Millis timeout) {
-  return std::make_unique<MpiBackend>(env, timeout);
+std::unique_ptr<Backend> make_mpi_backend(const LaunchEnv& env, Millis timeout,
+                                          std::optional<int> color) {
+  return std::make_unique<MpiBackend>(env, timeout, color);
 }
 
 bool mpi_available() {

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,10 @@ namespace lockstep::comm {
 
 class MpiBackend final : public Backend {
  public:
-  MpiBackend(const LaunchEnv& env, Millis timeout);
+  // color: nullopt for the whole of MPI_COMM_WORLD; else the ranks of the world that pass
+  // the same color (>= 0), ordered by world rank (MPI_Comm_split with key = world rank).
+  // Collective over MPI_COMM_WORLD either way.
+  MpiBackend(const LaunchEnv& env, Millis timeout, std::optional<int> color = std::nullopt);
   ~MpiBackend() override;
 
   std::string name() const override { return "mpi"; }
@@ -76,14 +80,17 @@ class MpiBackend final : public Backend {
   static void for_chunks(int64_t numel, const std::function<void(int64_t, int)>& fn);
   void reject_large(int64_t n, const Where& w) const;
   void reap_abandoned_locked();
-  // Publishes every rank's pid and machine (one MPI_Iallgather) for local_.
+  // Builds comm_ (the world's duplicate, or its split by color) and ring_comm_.
+  void create_comms(const Where& w, std::optional<int> color);
+  // Publishes every rank's pid, machine and world rank (one MPI_Iallgather) for local_.
   void exchange_pids(const Where& w);
   // A same-machine peer that exited or stayed stopped (-> its rank and *what), else -1.
   // Rate-limited: checks at most every kLivenessEvery.
   int dead_peer(Clock::time_point now, std::string* what);
 
-  int rank_ = 0;
+  int rank_ = 0;  // in comm_
   int size_ = 1;
+  std::vector<int> world_ranks_;  // of comm_'s ranks, when comm_ is a subgroup of the world
   MPI_Comm comm_ = MPI_COMM_NULL;
   // The ring's messages travel apart from send/recv's, which may carry any tag.
   MPI_Comm ring_comm_ = MPI_COMM_NULL;

@@ -18,6 +18,7 @@ bool g_we_initialized = false;
 std::atomic<bool> g_finalized{false};
 std::atomic<bool> g_broken{false};             // a group of this process failed (note_broken)
 std::atomic<bool> g_peer_gone{false};          // ... because a peer died or stopped
+std::atomic<bool> g_bootstrap{false};          // MPI carried a store's address (note_bootstrap)
 MPI_Datatype g_half_type = MPI_DATATYPE_NULL;  // 2 contiguous bytes: bfloat16 and float16
 MPI_Op g_ops[2][3] = {{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL},
                       {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}};  // [bf16, f16][sum, max, min]
@@ -71,13 +72,14 @@ void finalize_at_exit(int status, void*) {
   std::lock_guard<std::mutex> g(call_lock());
   int done = 0;
   MPI_Finalized(&done);
-  if (!done && (g_peer_gone || (g_broken && status != 0))) {
+  if (!done && (g_peer_gone || ((g_broken || g_bootstrap) && status != 0))) {
     const int code = status != 0 ? status : 1;
-    std::fprintf(stderr,
-                 "lockstep: mpi: a communication group of this rank failed; ending the job "
-                 "with MPI_Abort(MPI_COMM_WORLD, %d) instead of MPI_Finalize, which would "
-                 "wait for the failed rank\n",
-                 code);
+    std::fprintf(
+        stderr,
+        "lockstep: mpi: %s; ending the job with MPI_Abort(MPI_COMM_WORLD, %d) instead "
+        "of MPI_Finalize, which would wait for the failed rank\n",
+        g_broken ? "a communication group of this rank failed" : "this rank exits with an error",
+        code);
     std::fflush(stderr);
     // MPI_Abort ends every rank at once: the ranks that saw the same failure a moment
     // later get half a second to report it too (their messages name the failed rank).
@@ -131,6 +133,8 @@ void ensure_initialized_locked() {
                                          : ""));
   create_types_and_ops();
 }
+
+void note_bootstrap() noexcept { g_bootstrap = true; }
 
 void note_broken(bool peer_gone) noexcept {
   g_broken = true;

@@ -52,6 +52,12 @@ bool is_finalized();
 // exits 0 (its peers alive, e.g. after a mismatch) still finalizes normally.
 void note_broken(bool peer_gone) noexcept;
 
+// Records that MPI bootstrapped a store (mpi_bootstrap_store) for groups on other
+// transports, whose failures MPI never sees: at exit, a non-zero status then also ends the
+// job with MPI_Abort (a peer may be stopped or dead; MPI_Finalize would wait for it), and
+// status 0 finalizes normally.
+void note_bootstrap() noexcept;
+
 // The MPI datatype of one element of `t` (a 2-byte contiguous type for
 // bfloat16/float16). Throws InvalidArgument for dtypes MPI cannot carry.
 MPI_Datatype datatype_for(at::ScalarType t);
