@@ -86,23 +86,33 @@ check_launcher_names() {  # NAME VICTIM: lockstep-run's summary blames the victi
   fi
 }
 
-if [[ $mpirun == 1 ]]; then
-  case_run kill-allreduce 2 KILL allreduce
-  # mpirun kills the job when it sees a rank die: the survivors' own message races it, and
-  # mpirun's "process rank 2 ... exited on signal 9" names the rank either way.
-  if grep -q "caught CommError" "$out"; then check_survivors kill-allreduce 2 allreduce
-  elif grep -q "process rank 2 .*exited on signal 9" "$out" && le "$after" $((bound + 3)); then
-    pass "kill-allreduce: mpirun ended the job ${after} s after the death, naming rank 2"
-  else fail "kill-allreduce: $(tail -5 "$out")"; fi
+# mpirun_kill NAME VICTIM OP OPNAME: mpirun kills the job when it sees a rank die: the
+# survivors' own message races it, and mpirun's "process rank V ... exited on signal 9"
+# names the rank either way.
+mpirun_kill() {
+  local name=$1 victim=$2 op=$3 opname=$4
+  case_run "$name" "$victim" KILL "$op"
+  if grep -q "caught CommError" "$out"; then check_survivors "$name" "$victim" "$opname"
+  elif grep -q "process rank $victim .*exited on signal 9" "$out" && le "$after" $((bound + 3)); then
+    pass "$name: mpirun ended the job ${after} s after the death, naming rank $victim"
+  else fail "$name: $(tail -5 "$out")"; fi
+}
+
+if [[ $kind == mpi ]]; then
+  mpirun_kill kill-allreduce 2 allreduce allreduce
   case_run stop-barrier 1 STOP barrier
   check_survivors stop-barrier 1 barrier
   if grep -q "MPI_Abort(MPI_COMM_WORLD, 3) instead of MPI_Finalize" "$out"; then
     pass "stop-barrier: the broken job ended with MPI_Abort, not a blocking MPI_Finalize"
   else fail "stop-barrier: no MPI_Abort: $(tail -3 "$out")"; fi
-  if [[ $kind == mpirun-shm ]]; then  # auto picked shm, not the MPI transport
-    if grep -q "rank [0-9]/3 \[shm\]" "$out"; then pass "stop-barrier: the group was shm"
-    else fail "stop-barrier: the group was not shm"; fi
-  fi
+elif [[ $kind == mpirun-shm ]]; then
+  # shm's own failure detection (as under lockstep-run, which has no stop case for shm);
+  # MPI only carried the store's address and must not hang the exit.
+  mpirun_kill kill-allreduce 2 allreduce allreduce
+  if grep -q "rank [0-9]/3 \[shm\]" "$out" || ! grep -q "caught CommError" "$out"; then
+    pass "kill-allreduce: the group was shm"
+  else fail "kill-allreduce: the group was not shm: $(grep -m1 'caught CommError' "$out")"; fi
+  mpirun_kill kill-barrier 1 mixed barrier
 else
   case_run kill-allreduce 2 KILL allreduce
   check_survivors kill-allreduce 2 allreduce
