@@ -166,7 +166,8 @@ void ProcessGroup::comm_loop() {
       for (;;) {
         const Clock::time_point now = Clock::now();
         if (front_ready_locked(now)) break;
-        if (queue_.empty() && now >= active_until_) {
+        // Only deadline-bounded backends defer ops (enqueue()); others need no poll.
+        if (queue_.empty() && (now >= active_until_ || !backend_->bounded_by_deadline())) {
           cv_.wait(lock);  // idle: enqueue() will wake us
           continue;
         }
