@@ -4,6 +4,7 @@
 #include <lockstep/error.h>
 
 #include "comm/backends/factories.h"
+#include "comm/backends/hier/hier_backend.h"
 #include "comm/store_channel.h"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -24,6 +25,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <thread>
 
 namespace lockstep::comm {
@@ -446,14 +448,16 @@ std::string resolve_backend(const std::string& requested, const LaunchEnv& env_)
   std::string b = requested;
   if (b == "auto")
     if (const char* e = env(lockstep::env::kBackend)) b = e;
-  if (b != "auto" && b != "shm" && b != "gloo" && b != "mpi" && b != "nccl")
+  if (b != "auto" && b != "shm" && b != "gloo" && b != "mpi" && b != "nccl" && b != "hier")
     throw ConfigError(detail::concat("unknown backend '", b, "' (from ", lockstep::env::kBackend,
                                      " or InitOptions::backend); "
-                                     "choose auto, shm, gloo, mpi or nccl"));
+                                     "choose auto, shm, gloo, hier, mpi or nccl"));
   if (b != "auto") return b;
-  // Under mpirun on one node: shm, its store bootstrapped through MPI (mpirun_store).
-  if (env_.launcher == "mpirun" && mpi_available() && !env_.single_node()) return "mpi";
-  return env_.single_node() ? "shm" : "gloo";
+  // Under mpirun too: there the store is bootstrapped through MPI (job_store), and hier
+  // crosses nodes with mpi.
+  if (env_.single_node()) return "shm";
+  if (env_.local_world_size > 1) return "hier";
+  return env_.launcher == "mpirun" && mpi_available() ? "mpi" : "gloo";
 }
 
 namespace {
@@ -527,6 +531,68 @@ std::string next_prefix() {
   return "lockstep/" + std::to_string(generation++) + "/";
 }
 
+// The store must outlive the group: rank 0 hosts it for every other rank.
+std::shared_ptr<ProcessGroup> own_store(std::unique_ptr<Backend> b, const StorePtr& store,
+                                        const ProcessGroupOptions& pgo) {
+  return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(b), pgo),
+                                       [store](ProcessGroup* pg) { delete pg; });
+}
+
+// True when the program or LOCKSTEP_BACKEND asked for hier by name (not through auto).
+bool requested(const InitOptions& o) {
+  const char* b = env(lockstep::env::kBackend);
+  return o.backend == "hier" || (o.backend == "auto" && b != nullptr && std::string(b) == "hier");
+}
+
+// What each rank says of itself at the join: where it sits on its node, and the node.
+std::string join_payload(const LaunchEnv& e) {
+  return detail::concat(e.local_rank, " ", e.local_world_size, " ", hostname());
+}
+
+struct Joined {
+  std::vector<int> local_ranks, local_sizes;
+  std::vector<std::string> hosts;
+};
+
+Joined parse_joined(const std::vector<std::string>& payloads) {
+  Joined j;
+  for (const std::string& p : payloads) {
+    std::istringstream in(p);
+    int l = 0, s = 0;
+    std::string host;
+    in >> l >> s;
+    std::getline(in >> std::ws, host);
+    j.local_ranks.push_back(l);
+    j.local_sizes.push_back(s);
+    j.hosts.push_back(host);
+  }
+  return j;
+}
+
+// The hier backend if the job's layout allows it, crossing nodes with mpi under mpirun and
+// gloo otherwise. Where the layout does not allow it, or one rank per node makes it
+// pointless, a job that asked for "auto" gets that flat transport (the same choice on every
+// rank: it depends only on what the join gathered); one that asked for "hier" gets the reason.
+std::unique_ptr<Backend> make_hier_or_mpi_or_gloo(const StorePtr& store, const std::string& prefix,
+                                                  const LaunchEnv& e, const Joined& j,
+                                                  bool requested, Millis timeout) {
+  const std::string across = bootstraps_through_mpi(e) ? "mpi" : "gloo";
+  std::string why;
+  const auto layout = hier_layout(e.rank, j.local_ranks, j.local_sizes, j.hosts, &why);
+  if (layout && (layout->per_node > 1 || requested))
+    return make_hier_backend(store, prefix, e, *layout, across, timeout);
+  if (requested)
+    throw ConfigError(
+        detail::concat("LOCKSTEP_BACKEND=hier needs the same number of ranks on "
+                       "every node, numbered node by node, but ",
+                       why, "; use LOCKSTEP_BACKEND=", across));
+  if (e.rank == 0 && !layout)
+    std::fprintf(stderr, "lockstep: %s across all ranks, not hierarchical: %s\n", across.c_str(),
+                 why.c_str());
+  return across == "mpi" ? make_mpi_backend(e, timeout)
+                         : make_gloo_backend(store, prefix, e, timeout);
+}
+
 // The shm or gloo group of the ranks in `e` (hosts: each one's hostname), rendezvousing
 // under `prefix` in `store`, which must outlive the group.
 std::shared_ptr<ProcessGroup> make_group(const std::string& backend, const StorePtr& store,
@@ -546,9 +612,7 @@ std::shared_ptr<ProcessGroup> make_group(const std::string& backend, const Store
   } else {
     b = make_gloo_backend(store, prefix, e, pgo.timeout);
   }
-  // The store must outlive the group: rank 0 hosts it for every other rank.
-  return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(b), pgo),
-                                       [store](ProcessGroup* pg) { delete pg; });
+  return own_store(std::move(b), store, pgo);
 }
 
 }  // namespace
@@ -561,8 +625,12 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
     return std::make_shared<ProcessGroup>(make_mpi_backend(e, pgo.timeout), pgo);
   const std::string prefix = next_prefix();
   StorePtr store = job_store(e, pgo.timeout);
-  const auto hosts = join(store, prefix, e, pgo.timeout);
-  return make_group(backend, store, prefix, e, hosts, with_side_store(pgo, backend, e, prefix));
+  const Joined j = parse_joined(join(store, prefix, e, pgo.timeout, join_payload(e)));
+  const ProcessGroupOptions side = with_side_store(pgo, backend, e, prefix);
+  if (backend == "hier")
+    return own_store(make_hier_or_mpi_or_gloo(store, prefix, e, j, requested(options), pgo.timeout),
+                     store, side);
+  return make_group(backend, store, prefix, e, j.hosts, side);
 }
 
 std::shared_ptr<ProcessGroup> init_split(int color, const InitOptions& options) {
@@ -592,8 +660,12 @@ std::shared_ptr<ProcessGroup> init_split(int color, const InitOptions& options) 
     ++sub.world_size;
   }
   const std::string sub_prefix = prefix + "color" + std::to_string(color) + "/";
-  return make_group(backend, store, sub_prefix, sub, hosts,
-                    with_side_store(pgo, backend, sub, sub_prefix));
+  // A subgroup of a hierarchical job is shm on one node, else gloo: the groups hybrid
+  // schemes split off (one node; one rank per node) gain nothing from two levels.
+  const std::string sub_backend =
+      backend != "hier" ? backend : (sub.single_node() ? "shm" : "gloo");
+  return make_group(sub_backend, store, sub_prefix, sub, hosts,
+                    with_side_store(pgo, sub_backend, sub, sub_prefix));
 }
 
 }  // namespace lockstep::comm

@@ -9,7 +9,10 @@
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -39,6 +42,44 @@ void expect(const std::string& what, const at::Tensor& got, const at::Tensor& wa
                     : -1;
   std::fprintf(stderr, "FAIL %s: max |got - want| = %g (numel %lld vs %lld)\n", what.c_str(), diff,
                (long long)got.numel(), (long long)want.numel());
+}
+
+// Point to point around `ring` (job ranks, this rank among them): each sends to the next
+// and receives from the previous; even positions send first so blocking sends pair up.
+void ring_exchange(ProcessGroup& pg, const std::vector<int>& ring, at::ScalarType t, int64_t n,
+                   const std::string& tag) {
+  const int m = static_cast<int>(ring.size());
+  if (m < 2) return;
+  const int i = static_cast<int>(std::find(ring.begin(), ring.end(), pg.rank()) - ring.begin());
+  const int next = ring[(i + 1) % m], prev = ring[(i + m - 1) % m];
+  auto out = f_times(pg.rank() + 1, n, 0, t);
+  auto got = at::zeros({n}, t);
+  if (i % 2 == 0) {
+    pg.send(out, next, {7});
+    pg.recv(got, prev, {7})->wait();
+  } else {
+    pg.recv(got, prev, {7})->wait();
+    pg.send(out, next, {7})->wait();
+  }
+  expect(tag + "send/recv", got, f_times(prev + 1, n, 0, t));
+}
+
+// The rings send/recv is tested on: every rank, except on hier, which carries pairs inside
+// a node or between ranks of the same local rank: a ring of this node's ranks, then one of
+// this local rank's counterparts on the other nodes.
+std::vector<std::vector<int>> p2p_rings(const ProcessGroup& pg) {
+  const int p = pg.size(), r = pg.rank();
+  std::vector<int> all(p);
+  std::iota(all.begin(), all.end(), 0);
+  if (pg.backend_name() != "hier") return {all};
+  const char* lws = std::getenv("LOCAL_WORLD_SIZE");
+  const int L = lws ? std::atoi(lws) : p;
+  std::vector<int> node, across;
+  for (int q = 0; q < p; ++q) {
+    if (q / L == r / L) node.push_back(q);
+    if (q % L == r % L) across.push_back(q);
+  }
+  return {node, across};
 }
 
 void run_case(ProcessGroup& pg, at::ScalarType t, int64_t n) {
@@ -98,19 +139,7 @@ void run_case(ProcessGroup& pg, at::ScalarType t, int64_t n) {
   for (int q = 0; q < p; ++q) parts.push_back(f_times(q + 1, n, int64_t(r) * n, t));
   expect(tag + "alltoall", a2a, at::cat(parts));
 
-  if (p > 1) {  // a ring; even ranks send first so blocking sends pair up
-    const int next = (r + 1) % p, prev = (r + p - 1) % p;
-    auto out = f_times(r + 1, n, 0, t);
-    auto got = at::zeros({n}, t);
-    if (r % 2 == 0) {
-      pg.send(out, next, {7});
-      pg.recv(got, prev, {7})->wait();
-    } else {
-      pg.recv(got, prev, {7})->wait();
-      pg.send(out, next, {7})->wait();
-    }
-    expect(tag + "send/recv", got, f_times(prev + 1, n, 0, t));
-  }
+  for (const auto& ring : p2p_rings(pg)) ring_exchange(pg, ring, t, n, tag);
   pg.barrier()->wait();
 }
 

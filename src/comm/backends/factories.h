@@ -43,4 +43,11 @@ std::unique_ptr<Backend> make_nccl_backend(const StorePtr& store, const std::str
                                            const LaunchEnv& env, Millis timeout);
 bool nccl_available();
 
+// shm inside each node, `inter` ("gloo" or "mpi") between nodes, for a job laid out as `layout`
+// (hier/hier_backend.h); the inner groups rendezvous under `prefix`.
+struct HierLayout;
+std::unique_ptr<Backend> make_hier_backend(const StorePtr& store, const std::string& prefix,
+                                           const LaunchEnv& env, const HierLayout& layout,
+                                           const std::string& inter, Millis timeout);
+
 }  // namespace lockstep::comm

@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <string>
 
 namespace lockstep::comm {
 namespace {
@@ -139,13 +140,13 @@ class GlooBackend final : public Backend {
   void send(const at::Tensor& t, int dst, int tag, const OpContext& ctx) override {
     if (t.numel() == 0) return;
     std::vector<at::Tensor> v{movable(t)};
-    finish(pg_->send(v, dst, tag), ctx);
+    finish(pg_->send(v, dst, tag), ctx, /*p2p=*/true);
   }
 
   void recv(at::Tensor& t, int src, int tag, const OpContext& ctx) override {
     if (t.numel() == 0) return;
     std::vector<at::Tensor> v{movable(t)};
-    finish(pg_->recv(v, src, tag), ctx);
+    finish(pg_->recv(v, src, tag), ctx, /*p2p=*/true);
   }
 
   void barrier(const OpContext& ctx) override { finish(pg_->barrier(), ctx); }
@@ -162,7 +163,12 @@ class GlooBackend final : public Backend {
   // Waits for the c10d work in slices until it completes, the op's deadline passes, the
   // group is aborted, or Liveness reports a failed rank (-> PeerGone naming it). gloo's
   // own errors become CommErrors, attributed to the failed rank when one is known.
-  void finish(const c10::intrusive_ptr<c10d::Work>& work, const OpContext& ctx) {
+  //
+  // A slice that runs out leaves a collective's work pending (isCompleted() false). A
+  // send's or recv's work instead completes with gloo's "Timed out waiting" error, though
+  // the transfer goes on and the next wait() waits for it again (`p2p`): that error, with
+  // deadline left, is a slice run out too.
+  void finish(const c10::intrusive_ptr<c10d::Work>& work, const OpContext& ctx, bool p2p = false) {
     for (;;) {
       const auto now = Clock::now();
       if (aborted_) raise(ctx, CommError::Kind::Aborted, -1, "the group is being torn down");
@@ -177,7 +183,10 @@ class GlooBackend final : public Backend {
         work->wait(std::min(left, kSlice));
         return;
       } catch (const std::exception& e) {
-        if (!work->isCompleted()) {  // our slice ran out: is everyone still there?
+        const bool slice_over =
+            !work->isCompleted() ||
+            (p2p && std::string(e.what()).find("Timed out waiting") != std::string::npos);
+        if (slice_over) {  // our slice ran out: is everyone still there?
           if (auto f = live_->failure()) {
             // A lost store may only mean rank 0 finished first: give the op a moment.
             if (!f->store_lost || !wait_quietly(work, Millis(1000)))

@@ -1,0 +1,252 @@
+// The hierarchical backend's collectives (the algorithms and their costs: hier_backend.h and
+// docs/algorithms.md, "Hierarchical collectives").
+#include "comm/backends/hier/hier_backend.h"
+
+#include <lockstep/error.h>
+
+#include <ATen/ATen.h>
+
+#include <map>
+
+namespace lockstep::comm {
+
+HierBackend::HierBackend(const HierLayout& layout, std::unique_ptr<Backend> intra,
+                         std::unique_ptr<Backend> inter)
+    : lay_(layout), intra_(std::move(intra)), inter_(std::move(inter)) {
+  LOCKSTEP_CHECK(intra_->size() == lay_.per_node && inter_->size() == lay_.nodes,
+                 "hier: inner groups of ", intra_->size(), " and ", inter_->size(),
+                 " ranks for a layout of ", lay_.nodes, " nodes x ", lay_.per_node);
+}
+
+// "inside node 1 (its ranks 0..1 are job ranks 2..3)", "between nodes (the cross-node
+// group of local rank 1: its ranks 0..2 are job ranks 1, 3, 5)".
+std::string HierBackend::describe(Hop hop) const {
+  if (hop == Hop::Intra)
+    return detail::concat("inside node ", lay_.node, " (its ranks 0..", lay_.per_node - 1,
+                          " are job ranks ", lay_.job_rank(lay_.node, 0), "..",
+                          lay_.job_rank(lay_.node, lay_.per_node - 1), ")");
+  std::string ranks;
+  for (int n = 0; n < lay_.nodes; ++n)
+    ranks += (n ? ", " : "") + std::to_string(lay_.job_rank(n, lay_.local));
+  return detail::concat("between nodes (the cross-node group of local rank ", lay_.local,
+                        ": its ranks 0..", lay_.nodes - 1, " are job ranks ", ranks, ")");
+}
+
+void HierBackend::rethrow(Hop hop, const OpContext& ctx, const CommError& e) const {
+  CommContext c = op_context(*this, ctx.desc, &ctx);
+  const int peer = e.context().peer;
+  if (peer >= 0)
+    c.peer = hop == Hop::Intra ? lay_.job_rank(lay_.node, peer) : lay_.job_rank(peer, lay_.local);
+  throw CommError(e.kind(), c,
+                  detail::concat(e.detail(), " [", e.context().backend, " ", describe(hop),
+                                 c.peer >= 0 ? detail::concat("; job rank ", c.peer) : "", "]"));
+}
+
+template <class F>
+void HierBackend::step(Hop hop, const OpContext& ctx, F&& f) {
+  try {
+    f(hop == Hop::Intra ? *intra_ : *inter_);
+  } catch (const CommError& e) {
+    rethrow(hop, ctx, e);
+  }
+}
+
+at::Tensor HierBackend::scratch(int slot, int64_t n, at::ScalarType t) {
+  at::Tensor& bytes = scratch_[slot];
+  const int64_t need = n * static_cast<int64_t>(c10::elementSize(t));
+  if (!bytes.defined() || bytes.numel() < need) bytes = at::empty({need}, at::kByte);
+  return bytes.narrow(0, 0, need).view(t);
+}
+
+void HierBackend::allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) {
+  if (lay_.nodes == 1) return step(Hop::Intra, ctx, [&](Backend& b) { b.allreduce(t, op, ctx); });
+  if (lay_.per_node == 1)
+    return step(Hop::Inter, ctx, [&](Backend& b) { b.allreduce(t, op, ctx); });
+  const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+  if (bytes < kSmallBytes || t.numel() < lay_.per_node) return allreduce_small(t, op, ctx);
+  allreduce_large(t, op, ctx);
+}
+
+void HierBackend::allreduce_small(at::Tensor& t, ReduceOp op, const OpContext& ctx) {
+  step(Hop::Intra, ctx, [&](Backend& b) { b.allreduce(t, op, ctx); });
+  step(Hop::Inter, ctx, [&](Backend& b) { b.allreduce(t, op, ctx); });
+}
+
+// Reduce-scatter inside, allreduce of this rank's share across, allgather inside. A buffer
+// whose length L does not divide is padded (in a copy) to the next multiple of L.
+void HierBackend::allreduce_large(at::Tensor& t, ReduceOp op, const OpContext& ctx) {
+  const int L = lay_.per_node;
+  const int64_t n = t.numel(), share = (n + L - 1) / L;
+  at::Tensor flat = t.view({-1});
+  at::Tensor whole = flat;
+  if (share * L != n) {
+    whole = scratch(0, share * L, t.scalar_type());
+    whole.narrow(0, 0, n).copy_(flat);
+    whole.narrow(0, n, share * L - n).zero_();
+  }
+  at::Tensor mine = scratch(1, share, t.scalar_type());
+  step(Hop::Intra, ctx, [&](Backend& b) {
+    b.reduce_scatter(mine, whole, op,
+                     step_context(ctx, OpKind::ReduceScatter, share * L, t.scalar_type()));
+  });
+  step(Hop::Inter, ctx, [&](Backend& b) {
+    b.allreduce(mine, op, step_context(ctx, OpKind::Allreduce, share, t.scalar_type()));
+  });
+  step(Hop::Intra, ctx, [&](Backend& b) {
+    b.allgather(whole, mine, step_context(ctx, OpKind::Allgather, share, t.scalar_type()));
+  });
+  if (whole.data_ptr() != flat.data_ptr()) flat.copy_(whole.narrow(0, 0, n));
+}
+
+void HierBackend::broadcast(at::Tensor& t, int root, const OpContext& ctx) {
+  const int root_node = root / lay_.per_node, root_local = root % lay_.per_node;
+  if (lay_.local == root_local && lay_.nodes > 1)
+    step(Hop::Inter, ctx, [&](Backend& b) { b.broadcast(t, root_node, ctx); });
+  if (lay_.per_node > 1)
+    step(Hop::Intra, ctx, [&](Backend& b) { b.broadcast(t, root_local, ctx); });
+}
+
+// Across first (each local rank gathers its counterparts' blocks: node-major), then inside
+// (local-major), then the blocks are put in job-rank order: [node][local][n].
+void HierBackend::allgather(at::Tensor& out, const at::Tensor& in, const OpContext& ctx) {
+  const int N = lay_.nodes, L = lay_.per_node;
+  const int64_t n = in.numel();
+  if (N == 1 || L == 1)
+    return step(N == 1 ? Hop::Intra : Hop::Inter, ctx,
+                [&](Backend& b) { b.allgather(out, in, ctx); });
+  at::Tensor across = scratch(0, N * n, in.scalar_type());
+  step(Hop::Inter, ctx, [&](Backend& b) {
+    b.allgather(across, in, step_context(ctx, OpKind::Allgather, n, in.scalar_type()));
+  });
+  at::Tensor inside = scratch(1, L * N * n, in.scalar_type());
+  step(Hop::Intra, ctx, [&](Backend& b) {
+    b.allgather(inside, across, step_context(ctx, OpKind::Allgather, N * n, in.scalar_type()));
+  });
+  out.view({N, L, n}).copy_(inside.view({L, N, n}).transpose(0, 1));
+}
+
+// in holds the blocks for job ranks [node][local]; reordered [local][node], reduced inside
+// (this rank keeps its local rank's blocks for every node, summed over its node), then
+// across (this rank keeps its node's block, summed over nodes).
+void HierBackend::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp op,
+                                 const OpContext& ctx) {
+  const int N = lay_.nodes, L = lay_.per_node;
+  const int64_t n = out.numel();
+  if (N == 1 || L == 1)
+    return step(N == 1 ? Hop::Intra : Hop::Inter, ctx,
+                [&](Backend& b) { b.reduce_scatter(out, in, op, ctx); });
+  at::Tensor local_major = scratch(0, L * N * n, in.scalar_type());
+  local_major.view({L, N, n}).copy_(in.view({N, L, n}).transpose(0, 1));
+  at::Tensor mine = scratch(1, N * n, in.scalar_type());
+  step(Hop::Intra, ctx, [&](Backend& b) {
+    b.reduce_scatter(mine, local_major, op,
+                     step_context(ctx, OpKind::ReduceScatter, N * n, in.scalar_type()));
+  });
+  step(Hop::Inter, ctx, [&](Backend& b) {
+    b.reduce_scatter(out, mine, op, step_context(ctx, OpKind::ReduceScatter, n, in.scalar_type()));
+  });
+}
+
+// Rank (a, i) sends block [b][j] to (b, j). Inside: to (a, j) go the blocks for (*, j),
+// arriving as [i][b]; reordered [b][i] and sent across: (b, j) receives [a][i], which is
+// job-rank order.
+void HierBackend::alltoall(at::Tensor& out, const at::Tensor& in, const OpContext& ctx) {
+  const int N = lay_.nodes, L = lay_.per_node;
+  const int64_t n = in.numel() / (int64_t(N) * L);
+  if (N == 1 || L == 1)
+    return step(N == 1 ? Hop::Intra : Hop::Inter, ctx,
+                [&](Backend& b) { b.alltoall(out, in, ctx); });
+  at::Tensor by_local = scratch(0, L * N * n, in.scalar_type());
+  by_local.view({L, N, n}).copy_(in.view({N, L, n}).transpose(0, 1));
+  at::Tensor from_node = scratch(1, L * N * n, in.scalar_type());
+  step(Hop::Intra, ctx, [&](Backend& b) {
+    b.alltoall(from_node, by_local,
+               step_context(ctx, OpKind::Alltoall, L * N * n, in.scalar_type()));
+  });
+  by_local.view({N, L, n}).copy_(from_node.view({L, N, n}).transpose(0, 1));
+  step(Hop::Inter, ctx, [&](Backend& b) {
+    b.alltoall(out, by_local, step_context(ctx, OpKind::Alltoall, L * N * n, in.scalar_type()));
+  });
+}
+
+std::pair<HierBackend::Hop, int> HierBackend::route(int rank, const char* op) const {
+  const int node = rank / lay_.per_node, local = rank % lay_.per_node;
+  if (node == lay_.node) return {Hop::Intra, local};
+  if (local == lay_.local) return {Hop::Inter, node};
+  throw ConfigError(detail::concat(
+      "the hier backend cannot ", op, " between job rank ", this->rank(), " (node ", lay_.node,
+      ", local rank ", lay_.local, ") and job rank ", rank, " (node ", node, ", local rank ", local,
+      "): point-to-point goes inside a node or between ranks of the same local rank. "
+      "Use LOCKSTEP_BACKEND=gloo for arbitrary pairs across nodes"));
+}
+
+void HierBackend::send(const at::Tensor& t, int dst, int tag, const OpContext& ctx) {
+  const auto [hop, peer] = route(dst, "send");
+  step(hop, ctx, [&](Backend& b) { b.send(t, peer, tag, ctx); });
+}
+
+void HierBackend::recv(at::Tensor& t, int src, int tag, const OpContext& ctx) {
+  const auto [hop, peer] = route(src, "receive");
+  step(hop, ctx, [&](Backend& b) { b.recv(t, peer, tag, ctx); });
+}
+
+void HierBackend::barrier(const OpContext& ctx) {
+  if (lay_.per_node > 1) step(Hop::Intra, ctx, [&](Backend& b) { b.barrier(ctx); });
+  if (lay_.nodes > 1) step(Hop::Inter, ctx, [&](Backend& b) { b.barrier(ctx); });
+}
+
+std::optional<HierLayout> hier_layout(int rank, const std::vector<int>& local_ranks,
+                                      const std::vector<int>& local_sizes,
+                                      const std::vector<std::string>& hosts, std::string* why) {
+  const int P = static_cast<int>(local_ranks.size());
+  const int L = P ? local_sizes[0] : 1;
+  std::map<int, std::string> node_host;
+  for (int r = 0; r < P; ++r) {
+    if (local_sizes[r] != L) {
+      *why = detail::concat("nodes run different numbers of ranks (job rank 0's node ", L,
+                            ", job rank ", r, "'s ", local_sizes[r], ")");
+      return std::nullopt;
+    }
+    if (L <= 0 || P % L != 0 || local_ranks[r] != r % L) {
+      *why = detail::concat("ranks are not numbered node by node (job rank ", r, " has local rank ",
+                            local_ranks[r], " of ", local_sizes[r], ")");
+      return std::nullopt;
+    }
+    auto [it, fresh] = node_host.emplace(r / L, hosts[r]);
+    if (!fresh && it->second != hosts[r]) {
+      *why =
+          detail::concat("node ", r / L, "'s ranks run on hosts ", it->second, " and ", hosts[r]);
+      return std::nullopt;
+    }
+  }
+  return HierLayout{P / L, L, rank / L, rank % L};
+}
+
+}  // namespace lockstep::comm
+
+namespace lockstep::comm {
+
+std::unique_ptr<Backend> make_hier_backend(const StorePtr& store, const std::string& prefix,
+                                           const LaunchEnv& env, const HierLayout& layout,
+                                           const std::string& inter, Millis timeout) {
+  LaunchEnv node = env;  // the ranks of this node
+  node.rank = node.local_rank = layout.local;
+  node.world_size = node.local_world_size = layout.per_node;
+  LaunchEnv across = env;  // one rank per node: this local rank's counterparts
+  across.rank = layout.node;
+  across.world_size = layout.nodes;
+  across.local_rank = 0;
+  across.local_world_size = 1;
+  // Inside first on every rank, then across: the two rendezvous never wait on each other.
+  auto intra =
+      make_shm_backend(store, detail::concat(prefix, "node", layout.node, "/"), node, timeout);
+  std::unique_ptr<Backend> cross;
+  if (inter == "mpi")  // the world's ranks of this local rank (MPI_Comm_split)
+    cross = make_mpi_backend(env, timeout, layout.local);
+  else
+    cross = make_gloo_backend(store, detail::concat(prefix, "cross", layout.local, "/"), across,
+                              timeout);
+  return std::make_unique<HierBackend>(layout, std::move(intra), std::move(cross));
+}
+
+}  // namespace lockstep::comm
