@@ -164,10 +164,10 @@ class GlooBackend final : public Backend {
   // group is aborted, or Liveness reports a failed rank (-> PeerGone naming it). gloo's
   // own errors become CommErrors, attributed to the failed rank when one is known.
   //
-  // A slice that runs out leaves a collective's work pending (isCompleted() false). A
-  // send's or recv's work instead completes with gloo's "Timed out waiting" error, though
-  // the transfer goes on and the next wait() waits for it again (`p2p`): that error, with
-  // deadline left, is a slice run out too.
+  // Send and recv (`p2p`) wait in one piece until the deadline: gloo closes the pair of a
+  // send or recv whose wait times out ("Application timeout caused pair closure"), so a
+  // slice running out would break the connection. A dead peer still shows at once (the
+  // socket fails and Liveness names the rank); a stopped one only at the deadline.
   void finish(const c10::intrusive_ptr<c10d::Work>& work, const OpContext& ctx, bool p2p = false) {
     for (;;) {
       const auto now = Clock::now();
@@ -180,13 +180,10 @@ class GlooBackend final : public Backend {
       }
       const auto left = std::chrono::duration_cast<Millis>(ctx.deadline - now) + Millis(1);
       try {
-        work->wait(std::min(left, kSlice));
+        work->wait(p2p ? left : std::min(left, kSlice));
         return;
       } catch (const std::exception& e) {
-        const bool slice_over =
-            !work->isCompleted() ||
-            (p2p && std::string(e.what()).find("Timed out waiting") != std::string::npos);
-        if (slice_over) {  // our slice ran out: is everyone still there?
+        if (!work->isCompleted()) {  // our slice ran out: is everyone still there?
           if (auto f = live_->failure()) {
             // A lost store may only mean rank 0 finished first: give the op a moment.
             if (!f->store_lost || !wait_quietly(work, Millis(1000)))

@@ -7,12 +7,17 @@
 #include <ATen/ATen.h>
 
 #include <map>
+#include <thread>
 
 namespace lockstep::comm {
 
 HierBackend::HierBackend(const HierLayout& layout, std::unique_ptr<Backend> intra,
-                         std::unique_ptr<Backend> inter)
-    : lay_(layout), intra_(std::move(intra)), inter_(std::move(inter)) {
+                         std::unique_ptr<Backend> inter, StorePtr store, std::string prefix)
+    : lay_(layout),
+      intra_(std::move(intra)),
+      inter_(std::move(inter)),
+      store_(std::move(store)),
+      notice_key_(prefix + "hier/failed") {
   LOCKSTEP_CHECK(intra_->size() == lay_.per_node && inter_->size() == lay_.nodes,
                  "hier: inner groups of ", intra_->size(), " and ", inter_->size(),
                  " ranks for a layout of ", lay_.nodes, " nodes x ", lay_.per_node);
@@ -32,14 +37,51 @@ std::string HierBackend::describe(Hop hop) const {
                         ": its ranks 0..", lay_.nodes - 1, " are job ranks ", ranks, ")");
 }
 
-void HierBackend::rethrow(Hop hop, const OpContext& ctx, const CommError& e) const {
+void HierBackend::rethrow(Hop hop, const OpContext& ctx, const CommError& e) {
   CommContext c = op_context(*this, ctx.desc, &ctx);
   const int peer = e.context().peer;
   if (peer >= 0)
     c.peer = hop == Hop::Intra ? lay_.job_rank(lay_.node, peer) : lay_.job_rank(peer, lay_.local);
-  throw CommError(e.kind(), c,
-                  detail::concat(e.detail(), " [", e.context().backend, " ", describe(hop),
-                                 c.peer >= 0 ? detail::concat("; job rank ", c.peer) : "", "]"));
+  std::string what = detail::concat(e.detail(), " [", e.context().backend, " ", describe(hop),
+                                    c.peer >= 0 ? detail::concat("; job rank ", c.peer) : "", "]");
+  CommError::Kind kind = e.kind();
+  if (kind != CommError::Kind::Aborted && c.peer >= 0) {
+    publish(Notice{c.peer, kind, detail::concat(what, " (seen by job rank ", rank(), ")")});
+  } else if (kind == CommError::Kind::Aborted) {
+    if (auto n = notice(Millis(1000))) {
+      c.peer = n->peer;
+      kind = n->kind;
+      what = detail::concat(n->what, "; here: ", what);
+    }
+  }
+  throw CommError(kind, c, what);
+}
+
+void HierBackend::publish(const Notice& n) noexcept {
+  try {
+    if (store_->add(notice_key_ + "/count", 1) != 1) return;  // another rank was first
+    const std::string v = detail::concat(n.peer, "\n", static_cast<int>(n.kind), "\n", n.what);
+    store_->set(notice_key_, std::vector<uint8_t>(v.begin(), v.end()));
+  } catch (...) {  // the store's host may be the one that failed: the message stays local
+  }
+}
+
+std::optional<HierBackend::Notice> HierBackend::notice(Millis patience) noexcept {
+  const auto until = Clock::now() + patience;
+  try {
+    while (!store_->check({notice_key_})) {
+      if (Clock::now() >= until) return std::nullopt;
+      std::this_thread::sleep_for(Millis(20));
+    }
+    const auto b = store_->get(notice_key_);
+    const std::string v(b.begin(), b.end());
+    const auto a = v.find('\n'), k = v.find('\n', a + 1);
+    return Notice{std::stoi(v.substr(0, a)),
+                  static_cast<CommError::Kind>(std::stoi(v.substr(a + 1, k - a - 1))),
+                  v.substr(k + 1)};
+  } catch (...) {
+    return std::nullopt;
+  }
 }
 
 template <class F>
@@ -182,12 +224,16 @@ std::pair<HierBackend::Hop, int> HierBackend::route(int rank, const char* op) co
 
 void HierBackend::send(const at::Tensor& t, int dst, int tag, const OpContext& ctx) {
   const auto [hop, peer] = route(dst, "send");
-  step(hop, ctx, [&](Backend& b) { b.send(t, peer, tag, ctx); });
+  OpContext inner = ctx;  // the inner group's errors name its own rank as the peer
+  inner.desc.root = peer;
+  step(hop, ctx, [&](Backend& b) { b.send(t, peer, tag, inner); });
 }
 
 void HierBackend::recv(at::Tensor& t, int src, int tag, const OpContext& ctx) {
   const auto [hop, peer] = route(src, "receive");
-  step(hop, ctx, [&](Backend& b) { b.recv(t, peer, tag, ctx); });
+  OpContext inner = ctx;
+  inner.desc.root = peer;
+  step(hop, ctx, [&](Backend& b) { b.recv(t, peer, tag, inner); });
 }
 
 void HierBackend::barrier(const OpContext& ctx) {
@@ -246,7 +292,7 @@ std::unique_ptr<Backend> make_hier_backend(const StorePtr& store, const std::str
   else
     cross = make_gloo_backend(store, detail::concat(prefix, "cross", layout.local, "/"), across,
                               timeout);
-  return std::make_unique<HierBackend>(layout, std::move(intra), std::move(cross));
+  return std::make_unique<HierBackend>(layout, std::move(intra), std::move(cross), store, prefix);
 }
 
 }  // namespace lockstep::comm

@@ -26,7 +26,10 @@
 //     pairs are refused with a ConfigError naming the way out (LOCKSTEP_BACKEND=gloo).
 //
 // Errors from either inner backend are re-raised with the job's ranks: the peer is
-// translated and the message says which inner group failed and how its ranks map.
+// translated and the message says which inner group failed and how its ranks map. A rank
+// whose node group was aborted by a local peer sees only that abort; so the first rank
+// that finds a culprit also leaves a notice in the rendezvous store, which such a rank
+// reads to name the failed rank too.
 #pragma once
 
 #include "comm/backends/factories.h"
@@ -51,8 +54,9 @@ class HierBackend final : public Backend {
  public:
   static constexpr int64_t kSmallBytes = 64 << 10;
 
+  // `store`/`prefix`: where the failure notice goes (and is looked for).
   HierBackend(const HierLayout& layout, std::unique_ptr<Backend> intra,
-              std::unique_ptr<Backend> inter);
+              std::unique_ptr<Backend> inter, StorePtr store, std::string prefix);
 
   std::string name() const override { return "hier"; }
   int rank() const override { return lay_.job_rank(lay_.node, lay_.local); }
@@ -86,7 +90,15 @@ class HierBackend final : public Backend {
   // Runs one step on an inner backend; its CommErrors come back with the job's ranks.
   template <class F>
   void step(Hop hop, const OpContext& ctx, F&& f);
-  [[noreturn]] void rethrow(Hop hop, const OpContext& ctx, const CommError& e) const;
+  [[noreturn]] void rethrow(Hop hop, const OpContext& ctx, const CommError& e);
+  struct Notice {
+    int peer = -1;
+    CommError::Kind kind = CommError::Kind::Failed;
+    std::string what;
+  };
+  // The first culprit found by any rank: published once per job, read within `patience`.
+  void publish(const Notice& n) noexcept;
+  std::optional<Notice> notice(Millis patience) noexcept;
   std::string describe(Hop hop) const;
   void allreduce_small(at::Tensor& t, ReduceOp op, const OpContext& ctx);
   void allreduce_large(at::Tensor& t, ReduceOp op, const OpContext& ctx);
@@ -99,6 +111,8 @@ class HierBackend final : public Backend {
   std::unique_ptr<Backend> intra_;
   std::unique_ptr<Backend> inter_;
   at::Tensor scratch_[2];
+  StorePtr store_;
+  std::string notice_key_;
 };
 
 // The layout of a job from every rank's (local rank, local world size, host): node-major
