@@ -6,6 +6,8 @@
 #include <lockstep/launch/options.h>
 #include <lockstep/launch/rank_env.h>
 
+#include "comm/backends/hier/hier_backend.h"
+
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -208,7 +210,11 @@ TEST_F(EnvTest, AutoBackendChoice) {
   EXPECT_EQ(resolve_backend("auto", one_node), "shm");
   LaunchEnv two_nodes = one_node;
   two_nodes.world_size = 4;
-  EXPECT_EQ(resolve_backend("auto", two_nodes), "gloo");
+  EXPECT_EQ(resolve_backend("auto", two_nodes), "hier");  // several ranks per node
+  LaunchEnv one_per_node = two_nodes;
+  one_per_node.local_world_size = 1;
+  EXPECT_EQ(resolve_backend("auto", one_per_node), "gloo");
+  EXPECT_EQ(resolve_backend("hier", one_per_node), "hier");
   EXPECT_EQ(resolve_backend("gloo", one_node), "gloo");
   EXPECT_THROW(resolve_backend("nccl2", one_node), ConfigError);
   setenv("LOCKSTEP_BACKEND", "gloo", 1);
@@ -346,3 +352,26 @@ TEST(RdzvProof, ForgedJoinEntryIsRejected) {
 }
 
 }  // namespace
+
+// The hierarchical backend's layout: node by node, the same count per node, one host each.
+TEST(HierLayout, AcceptsNodeMajorAndNamesWhatBreaksIt) {
+  using lockstep::comm::hier_layout;
+  std::string why;
+  const std::vector<std::string> hosts{"a", "a", "b", "b", "c", "c"};
+  auto l = hier_layout(3, {0, 1, 0, 1, 0, 1}, {2, 2, 2, 2, 2, 2}, hosts, &why);
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->nodes, 3);
+  EXPECT_EQ(l->per_node, 2);
+  EXPECT_EQ(l->node, 1);
+  EXPECT_EQ(l->local, 1);
+  EXPECT_EQ(l->job_rank(2, 1), 5);
+  // round-robin numbering (mpirun --map-by node)
+  EXPECT_FALSE(hier_layout(0, {0, 0, 1, 1}, {2, 2, 2, 2}, {"a", "b", "a", "b"}, &why));
+  EXPECT_NE(why.find("not numbered node by node"), std::string::npos) << why;
+  // nodes of different sizes
+  EXPECT_FALSE(hier_layout(0, {0, 1, 0}, {2, 2, 1}, {"a", "a", "b"}, &why));
+  EXPECT_NE(why.find("different numbers of ranks"), std::string::npos) << why;
+  // one node's ranks on two hosts
+  EXPECT_FALSE(hier_layout(0, {0, 1, 0, 1}, {2, 2, 2, 2}, {"a", "x", "b", "b"}, &why));
+  EXPECT_NE(why.find("node 0's ranks run on hosts a and x"), std::string::npos) << why;
+}

@@ -246,16 +246,17 @@ std::optional<HierLayout> hier_layout(int rank, const std::vector<int>& local_ra
                                       const std::vector<std::string>& hosts, std::string* why) {
   const int P = static_cast<int>(local_ranks.size());
   const int L = P ? local_sizes[0] : 1;
-  std::map<int, std::string> node_host;
-  for (int r = 0; r < P; ++r) {
+  for (int r = 0; r < P; ++r)
     if (local_sizes[r] != L) {
       *why = detail::concat("nodes run different numbers of ranks (job rank 0's node ", L,
                             ", job rank ", r, "'s ", local_sizes[r], ")");
       return std::nullopt;
     }
+  std::map<int, std::string> node_host;
+  for (int r = 0; r < P; ++r) {
     if (L <= 0 || P % L != 0 || local_ranks[r] != r % L) {
       *why = detail::concat("ranks are not numbered node by node (job rank ", r, " has local rank ",
-                            local_ranks[r], " of ", local_sizes[r], ")");
+                            local_ranks[r], " of ", L, " in a job of ", P, ")");
       return std::nullopt;
     }
     auto [it, fresh] = node_host.emplace(r / L, hosts[r]);
