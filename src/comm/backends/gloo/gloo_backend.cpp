@@ -191,6 +191,9 @@ class GlooBackend final : public Backend {
           }
           continue;
         }
+        // The work may complete, successfully, between the slice's timeout and the check
+        // above (c10d builds its timeout error, backtrace and all, in the meantime).
+        if (work->isSuccess()) return;
         transport_error(ctx, e.what());
       }
     }
