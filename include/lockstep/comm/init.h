@@ -11,9 +11,11 @@
 namespace lockstep::comm {
 
 struct InitOptions {
-  // "auto" (shm when all ranks share a node, else gloo; mpi under mpirun across nodes),
-  // "shm", "gloo", "mpi". Under mpirun, every backend but mpi rendezvouses through a store
-  // whose address MPI carries (no MASTER_PORT needed). LOCKSTEP_BACKEND overrides the default.
+  // "auto": shm when all ranks share a node; across nodes hier (shm inside each node, gloo
+  // between them, mpi under mpirun) when nodes run several ranks, else gloo (mpi under
+  // mpirun). Or "shm", "gloo", "hier", "mpi", "nccl". Under mpirun, every backend but mpi
+  // rendezvouses through a store whose address MPI carries (no MASTER_PORT needed).
+  // LOCKSTEP_BACKEND overrides the default.
   std::string backend = "auto";
   // Default timeout of every op; LOCKSTEP_TIMEOUT_S overrides the default.
   std::optional<Millis> timeout;
