@@ -106,13 +106,21 @@ if [[ $kind == mpi ]]; then
     pass "stop-barrier: the broken job ended with MPI_Abort, not a blocking MPI_Finalize"
   else fail "stop-barrier: no MPI_Abort: $(tail -3 "$out")"; fi
 elif [[ $kind == mpirun-shm ]]; then
-  # shm's own failure detection (as under lockstep-run, which has no stop case for shm);
-  # MPI only carried the store's address and must not hang the exit.
+  # shm's own failure detection, as under lockstep-run; MPI only carried the store's
+  # address and must not hang the exit.
   mpirun_kill kill-allreduce 2 allreduce allreduce
   if grep -q "rank [0-9]/3 \[shm\]" "$out" || ! grep -q "caught CommError" "$out"; then
     pass "kill-allreduce: the group was shm"
   else fail "kill-allreduce: the group was not shm: $(grep -m1 'caught CommError' "$out")"; fi
   mpirun_kill kill-barrier 1 mixed barrier
+  # Stopped: nobody dies, so mpirun does nothing; the survivors raise (shm reads the
+  # stopped state) and exit 3, and must end the job with MPI_Abort rather than wait in
+  # MPI_Finalize for the stopped rank.
+  case_run stop 2 STOP mixed
+  bound=5 check_survivors stop 2 barrier
+  if grep -q "MPI_Abort(MPI_COMM_WORLD, 3) instead of MPI_Finalize" "$out"; then
+    pass "stop: the job ended with MPI_Abort, not a blocking MPI_Finalize"
+  else fail "stop: no MPI_Abort: $(tail -3 "$out")"; fi
 else
   case_run kill-allreduce 2 KILL allreduce
   check_survivors kill-allreduce 2 allreduce
