@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -186,14 +187,36 @@ void split_groups(ProcessGroup& world) {
   expect("split: allgather in world rank order", g, at::arange(r % 2, p, 2, at::kDouble));
 }
 
+// --die-in-split V: the world splits into even and odd ranks; rank V SIGKILLs itself before
+// its subgroup's 4th allreduce. Its subgroup's other members must raise a CommError that
+// names it (tests/multiprocess/CMakeLists.txt checks the text); the launcher ends the job.
+int die_in_split(ProcessGroup& world, int victim) {
+  auto sub = lockstep::init_split(world.rank() % 2);
+  for (int i = 0; i < 40; ++i) {
+    if (world.rank() == victim && i == 3) std::raise(SIGKILL);
+    at::Tensor x = at::ones({1000});
+    try {
+      sub->allreduce(x)->wait();
+    } catch (const lockstep::CommError& e) {
+      std::printf("rank %d caught CommError in its subgroup: %s\n", world.rank(), e.what());
+      std::fflush(stdout);
+      return 3;
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{
       "collectives_check: every collective on every dtype and size against closed-form "
       "values, on the group lockstep::init() builds (run under lockstep-run or mpirun)"};
   bool mismatch = false;
   std::string expect_backend;
+  int die_victim = -1;
   app.add_flag("--mismatch", mismatch,
                "instead: ranks issue mismatched collectives, which must raise CommError(Mismatch)");
+  app.add_option("--die-in-split", die_victim,
+                 "instead: this rank dies during a subgroup's allreduce (see die_in_split)");
   app.add_option("--expect-backend", expect_backend,
                  "also check that init() picked this backend (e.g. shm under mpirun on one node)");
   app.failure_message(CLI::FailureMessage::help);
@@ -205,6 +228,7 @@ int main(int argc, char** argv) {
   try {
     auto pg = lockstep::init();
     if (mismatch) return run_mismatch(*pg);
+    if (die_victim >= 0) return die_in_split(*pg, die_victim);
     if (!expect_backend.empty())
       expect("backend is " + expect_backend,
              at::scalar_tensor(pg->backend_name() == expect_backend), at::scalar_tensor(true));
