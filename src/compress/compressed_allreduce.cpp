@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -322,6 +323,9 @@ struct CompressedAllreduce::RoundProgress {
 
 void CompressedAllreduce::exchange(comm::Backend& be, const comm::OpContext& ctx, at::Tensor& flat,
                                    bool average, uint64_t step) {
+  const comm::Backend::Levels lv = be.levels();
+  if (opts_.across_nodes_only && lv.node && lv.across)
+    return exchange_levels(*lv.node, *lv.across, ctx, flat, average, step);
   phases_ = AllreduceStats::Phases{};
   const Call call = start_call(be, ctx, flat, average, step);
   if (call.P == 1) {  // nothing crosses a link: no quantization, only the NaN/Inf check
@@ -334,6 +338,67 @@ void CompressedAllreduce::exchange(comm::Backend& be, const comm::OpContext& ctx
   }
   if (slot_bytes_ > 0) exchange_compressed(be, call);  // 2.-4. the compressed layers
   if (plain_elems_ > 0) place_plain(call);             // 5. plain layers back into place
+}
+
+// Two levels (compressed_allreduce.h): this local rank's share of the buffer, a whole
+// number of buckets, and the plan of the compressed layers' pieces in it among the N ranks
+// of its cross-node group. Layers stay compressed or plain as in this plan (the pieces of
+// plain layers are left to the share plan's plain path); each local rank's rounding
+// stream has its own seed.
+void CompressedAllreduce::make_share_plan(int per_node, int local, int nodes) {
+  const int64_t B = opts_.bucket_size;
+  share_ = ((numel_ + per_node - 1) / per_node + B - 1) / B * B;
+  const int64_t lo = local * share_, hi = lo + share_;
+  std::vector<LayerSpan> pieces;
+  for (const auto& l : layers_) {
+    if (l.name == "<unnamed>" || !should_compress(opts_, l.name, l.numel)) continue;
+    const int64_t a = std::max(l.offset, lo), b = std::min(l.offset + l.numel, hi);
+    if (a < b) pieces.push_back({l.name, a - lo, b - a});
+  }
+  QsgdOptions o = opts_;
+  o.min_layer = 0;
+  o.exclude.clear();
+  o.seed = opts_.seed + 0x9e3779b97f4a7c15ull * uint64_t(local + 1);
+  share_plan_ = std::make_unique<CompressedAllreduce>(o, std::move(pieces), share_, nodes);
+}
+
+void CompressedAllreduce::exchange_levels(comm::Backend& node, comm::Backend& across,
+                                          const comm::OpContext& ctx, at::Tensor& flat,
+                                          bool average, uint64_t step) {
+  const int L = node.size(), local = node.rank();
+  const at::ScalarType dt = flat.scalar_type();
+  if (!share_plan_) make_share_plan(L, local, across.size());
+  const int64_t padded_n = share_ * L;
+  at::Tensor whole = flat;
+  if (padded_n != numel_) {  // the padding stays zero: its sums are zero
+    if (!padded_.defined() || padded_.scalar_type() != dt)
+      padded_ = at::zeros({padded_n}, flat.options());
+    padded_.narrow(0, 0, numel_).copy_(flat);
+    whole = padded_;
+  }
+  if (!share_buf_.defined() || share_buf_.scalar_type() != dt)
+    share_buf_ = at::empty({share_}, flat.options());
+  node.reduce_scatter(share_buf_, whole, comm::ReduceOp::Sum,
+                      comm::step_context(ctx, comm::OpKind::ReduceScatter, padded_n, dt));
+  share_plan_->bad_ = -1;
+  share_plan_->exchange(across, ctx, share_buf_, average, step);
+  phases_ = share_plan_->phases_;
+  if (average) share_buf_.div_(L);
+  node.allgather(whole, share_buf_, comm::step_context(ctx, comm::OpKind::Allgather, share_, dt));
+  if (whole.data_ptr() != flat.data_ptr()) flat.copy_(whole.narrow(0, 0, numel_));
+  // The first non-finite layer (by element offset), agreed on inside the node: the share
+  // plans of a cross-node group agree already, those of one node see different shares.
+  int64_t first = std::numeric_limits<int64_t>::max();
+  if (share_plan_->bad_ >= 0)
+    first = local * share_ + share_plan_->layers_[size_t(share_plan_->bad_)].offset;
+  at::Tensor f = at::full({1}, first, at::kLong);
+  node.allreduce(f, comm::ReduceOp::Min,
+                 comm::step_context(ctx, comm::OpKind::Allreduce, 1, at::kLong));
+  first = f.item<int64_t>();
+  for (int i = 0; i < int(layers_.size()) && first < numel_; ++i)
+    if (first >= layers_[size_t(i)].offset &&
+        first < layers_[size_t(i)].offset + layers_[size_t(i)].numel)
+      note_bad(i);
 }
 
 CompressedAllreduce::Call CompressedAllreduce::start_call(const comm::Backend& be,

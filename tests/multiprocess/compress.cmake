@@ -17,3 +17,11 @@ foreach(np 1 2 3 4)
       ENVIRONMENT "LOCKSTEP_BACKEND=mpi;LOCKSTEP_TIMEOUT_S=60" TIMEOUT 120 LABELS multiprocess)
   endif()
 endforeach()
+
+# Two levels (hier, 2 "nodes" x 2 ranks on this host): full precision inside each node,
+# QSGD only between nodes (QsgdOptions::across_nodes_only); same bounds and checks.
+add_test(NAME compress_hier_2x2
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/multiprocess/nodes.sh $<TARGET_FILE:lockstep-run> 2 2
+                 $<TARGET_FILE:compress_check>)
+set_tests_properties(compress_hier_2x2 PROPERTIES
+  ENVIRONMENT "LOCKSTEP_BACKEND=hier;LOCKSTEP_TIMEOUT_S=60" TIMEOUT 180 LABELS multiprocess)

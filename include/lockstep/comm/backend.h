@@ -72,6 +72,16 @@ class Backend {
     return {};
   }
 
+  // Two-level backends (hier): the group of this rank's node and the cross-node group of its
+  // local rank, for algorithms composed above the backend (the compressed allreduce that
+  // quantizes only what crosses nodes). Both null elsewhere. Their errors carry the inner
+  // groups' rank numbers.
+  struct Levels {
+    Backend* node = nullptr;
+    Backend* across = nullptr;
+  };
+  virtual Levels levels() { return {}; }
+
   // The last collective each rank has entered, where the transport shows it without any
   // communication (shm: the descriptors every rank posts in the segment), indexed by rank
   // (seq 0: none yet); empty where it does not. For the stall inspector: called from its

@@ -36,6 +36,15 @@
 // Bytes a rank sends per call, n compressed values, b bits, bucket B:
 //   about 2 (P-1)/P * n * (b/8 + 8/B)   vs   2 (P-1)/P * 4 n uncompressed float32.
 //
+// Two levels (QsgdOptions::across_nodes_only, on a backend with levels(): hier): a
+// reduce-scatter inside the node in the buffer's own precision leaves each local rank 1/L
+// of the node's sum; the algorithm above runs on that share among the N ranks of its
+// cross-node group (a plan of the share's pieces of the compressed layers, made on the
+// first call); an allgather inside the node puts the shares together. Every value is
+// still quantized exactly twice, now of N node sums rather than P rank inputs, and only
+// the bytes between nodes shrink (the shm hops carry full precision). AllreduceStats keep
+// describing the flat plan. NaN/Inf as below, agreed on inside each node.
+//
 // NaN/Inf: a non-finite value anywhere makes run() (finish() after run_async()) throw
 // NonFiniteGradient naming the (first) affected layer on EVERY rank, after all collectives
 // completed, so no rank is left waiting and the group stays usable (the composite itself
@@ -174,6 +183,12 @@ class CompressedAllreduce {
   struct RoundProgress;  // how far the rounds got, shared by the two threads of a pipelined call
   void exchange(comm::Backend& be, const comm::OpContext& ctx, at::Tensor& flat, bool average,
                 uint64_t step);
+  void exchange_levels(comm::Backend& node, comm::Backend& across, const comm::OpContext& ctx,
+                       at::Tensor& flat, bool average, uint64_t step);
+  void make_share_plan(int per_node, int local, int nodes);
+  std::unique_ptr<CompressedAllreduce> share_plan_;  // two levels: this local rank's share
+  int64_t share_ = 0;
+  at::Tensor share_buf_, padded_;
   Call start_call(const comm::Backend& be, const comm::OpContext& ctx, at::Tensor& flat,
                   bool average, uint64_t step);
   void check_finite_local(const Call& call);

@@ -41,6 +41,11 @@ struct QsgdOptions {
   // until it is destroyed). 0 = one round, no helper. Results do not depend on it; every
   // rank must use the same value (it shapes the messages).
   int64_t pipeline_chunk = int64_t(1) << 20;
+  // On a two-level group (the hier backend: several nodes, several ranks each), reduce
+  // inside each node in full precision and quantize only the exchange between nodes
+  // (compressed_allreduce.h); false: the flat algorithm over all ranks, every hop
+  // compressed. Every rank must use the same value.
+  bool across_nodes_only = true;
 
   CodecOptions codec() const { return {bits, bucket_size, stochastic}; }
   bool enabled() const { return bits != 32; }

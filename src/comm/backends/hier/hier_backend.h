@@ -79,11 +79,11 @@ class HierBackend final : public Backend {
     inter_->abort();
   }
 
-  // The inner groups, for algorithms composed above the backend (compressed allreduce
-  // across nodes only).
-  const HierLayout& layout() const { return lay_; }
-  Backend& intra() { return *intra_; }
-  Backend& inter() { return *inter_; }
+  // The inner groups, where there are two levels (several nodes, several ranks each).
+  Levels levels() override {
+    if (lay_.nodes == 1 || lay_.per_node == 1) return {};
+    return {intra_.get(), inter_.get()};
+  }
 
  private:
   enum class Hop { Intra, Inter };
