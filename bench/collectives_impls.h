@@ -20,7 +20,8 @@ class CollectiveImpl {
   virtual double time(const std::string& op, int64_t n) = 0;
 };
 
-// impls: comma list of shm, gloo, mpi (lockstep's backends), c10d-gloo, mpi-raw (peers).
+// impls: comma list of shm, gloo, hier, mpi (lockstep's backends), BACKEND-qsgdB (its
+// allreduce compressed to B bits, e.g. hier-qsgd4), c10d-gloo, mpi-raw (peers).
 // `control` is the coordinating group (rendezvous of the peers, barriers).
 std::vector<std::unique_ptr<CollectiveImpl>> make_impls(const std::string& impls,
                                                         comm::ProcessGroup& control);

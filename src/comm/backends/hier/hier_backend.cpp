@@ -23,6 +23,19 @@ HierBackend::HierBackend(const HierLayout& layout, std::unique_ptr<Backend> intr
                  " ranks for a layout of ", lay_.nodes, " nodes x ", lay_.per_node);
 }
 
+// Every rank that published or read the notice counts itself under "/seen"; the others of
+// a failed job are the dead (at least one) and the ranks still on their way to it. Rank 0
+// waits until all but one node's worth have come, or kLinger.
+HierBackend::~HierBackend() {
+  if (!failed_ || rank() != 0) return;
+  const auto until = Clock::now() + kLinger;
+  try {
+    while (Clock::now() < until && store_->add(notice_key_ + "/seen", 0) < size() - lay_.per_node)
+      std::this_thread::sleep_for(Millis(50));
+  } catch (...) {
+  }
+}
+
 // "inside node 1 (its ranks 0..1 are job ranks 2..3)", "between nodes (the cross-node
 // group of local rank 1: its ranks 0..2 are job ranks 1, 3, 5)".
 std::string HierBackend::describe(Hop hop) const {
@@ -45,6 +58,7 @@ void HierBackend::rethrow(Hop hop, const OpContext& ctx, const CommError& e) {
   std::string what = detail::concat(e.detail(), " [", e.context().backend, " ", describe(hop),
                                     c.peer >= 0 ? detail::concat("; job rank ", c.peer) : "", "]");
   CommError::Kind kind = e.kind();
+  failed_ = true;
   if (kind != CommError::Kind::Aborted && c.peer >= 0) {
     publish(Notice{c.peer, kind, detail::concat(what, " (seen by job rank ", rank(), ")")});
   } else if (kind == CommError::Kind::Aborted) {
@@ -59,6 +73,7 @@ void HierBackend::rethrow(Hop hop, const OpContext& ctx, const CommError& e) {
 
 void HierBackend::publish(const Notice& n) noexcept {
   try {
+    store_->add(notice_key_ + "/seen", 1);
     if (store_->add(notice_key_ + "/count", 1) != 1) return;  // another rank was first
     const std::string v = detail::concat(n.peer, "\n", static_cast<int>(n.kind), "\n", n.what);
     store_->set(notice_key_, std::vector<uint8_t>(v.begin(), v.end()));
@@ -74,6 +89,7 @@ std::optional<HierBackend::Notice> HierBackend::notice(Millis patience) noexcept
       std::this_thread::sleep_for(Millis(20));
     }
     const auto b = store_->get(notice_key_);
+    store_->add(notice_key_ + "/seen", 1);
     const std::string v(b.begin(), b.end());
     const auto a = v.find('\n'), k = v.find('\n', a + 1);
     return Notice{std::stoi(v.substr(0, a)),

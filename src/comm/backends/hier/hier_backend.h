@@ -57,6 +57,10 @@ class HierBackend final : public Backend {
   // `store`/`prefix`: where the failure notice goes (and is looked for).
   HierBackend(const HierLayout& layout, std::unique_ptr<Backend> intra,
               std::unique_ptr<Backend> inter, StorePtr store, std::string prefix);
+  // Job rank 0 hosts the store: after a failure it keeps it up a moment (kLinger at most)
+  // until the ranks of the other nodes have read the notice.
+  ~HierBackend() override;
+  static constexpr Millis kLinger{3000};
 
   std::string name() const override { return "hier"; }
   int rank() const override { return lay_.job_rank(lay_.node, lay_.local); }
@@ -113,6 +117,7 @@ class HierBackend final : public Backend {
   at::Tensor scratch_[2];
   StorePtr store_;
   std::string notice_key_;
+  bool failed_ = false;  // an inner group failed (comm thread only)
 };
 
 // The layout of a job from every rank's (local rank, local world size, host): node-major
