@@ -188,14 +188,15 @@ class MpiRaw : public Base {
 }  // namespace
 
 // A backend's allreduce through the QSGD compressed allreduce (name "BACKEND-qsgdB", e.g.
-// hier-qsgd4: on hier, quantized between nodes only). Constant inputs (zeros timed, r+1
+// hier-qsgd4: on hier, quantized between nodes only; "BACKEND-qsgdB-flat": the flat
+// algorithm, QsgdOptions::across_nodes_only off). Constant inputs (zeros timed, r+1
 // checked) quantize exactly, so the closed-form check holds.
 class Qsgd : public Lockstep {
  public:
-  Qsgd(const std::string& backend, int bits, comm::ProcessGroup& control)
-      : Lockstep(backend, control), bits_(bits) {}
+  Qsgd(const std::string& backend, int bits, bool flat, comm::ProcessGroup& control)
+      : Lockstep(backend, control), bits_(bits), flat_(flat) {}
   std::string name() const override {
-    return pg_->backend_name() + "-qsgd" + std::to_string(bits_);
+    return pg_->backend_name() + "-qsgd" + std::to_string(bits_) + (flat_ ? "-flat" : "");
   }
   bool supports(const std::string& op) const override { return op == "allreduce"; }
 
@@ -205,6 +206,7 @@ class Qsgd : public Lockstep {
       compress::QsgdOptions o;
       o.bits = bits_;
       o.min_layer = 0;
+      o.across_nodes_only = !flat_;
       plan_ = std::make_unique<compress::CompressedAllreduce>(
           o, std::vector<compress::LayerSpan>{{"w", 0, in.numel()}}, in.numel(), pg_->size());
     }
@@ -213,6 +215,7 @@ class Qsgd : public Lockstep {
 
  private:
   int bits_;
+  bool flat_;
   std::unique_ptr<compress::CompressedAllreduce> plan_;
 };
 
@@ -223,8 +226,8 @@ std::vector<std::unique_ptr<CollectiveImpl>> make_impls(const std::string& impls
     if (name == "shm" || name == "gloo" || name == "mpi" || name == "hier")
       out.push_back(std::make_unique<Lockstep>(name, control));
     else if (auto q = name.find("-qsgd"); q != std::string::npos)
-      out.push_back(
-          std::make_unique<Qsgd>(name.substr(0, q), std::stoi(name.substr(q + 5)), control));
+      out.push_back(std::make_unique<Qsgd>(name.substr(0, q), std::stoi(name.substr(q + 5)),
+                                           name.find("-flat") != std::string::npos, control));
     else if (name == "shm-shared")
       out.push_back(std::make_unique<LockstepShared>(control));
     else if (name == "c10d-gloo")
