@@ -281,8 +281,8 @@ void print_targets(const Report& rep) {
   if (const Result* m2 = rep.get("mpirun", "2"); m2 && r2) {
     const double ratio = m2->at("step") / r2->at("step");
     std::printf(
-        "\ntarget 2-rank step under mpirun (auto: shm) <= 1.05x lockstep-run shm: %.3fx  %s\n", ratio,
-        ratio <= 1.05 ? "MET" : "MISSED");
+        "\ntarget 2-rank step under mpirun (auto: shm) <= 1.05x lockstep-run shm: %.3fx  %s\n",
+        ratio, ratio <= 1.05 ? "MET" : "MISSED");
   }
   const Result* r1 = rep.get("shm", "1");
   if (!r2 || !r1) return;
