@@ -1,23 +1,16 @@
 #include <lockstep/comm/backend.h>
 
+#include "comm/backends/factories.h"
+
 #include <ATen/ATen.h>
 
 namespace lockstep::comm {
 
-namespace {
-
-// `n` elements of dtype `t` in a buffer the calling (comm) thread keeps across calls. A
-// fresh one per call would come from the thread's malloc arena, which glibc serves by a
-// new mmap() above 64 MiB whatever MALLOC_MMAP_MAX_ says: page-faulting through the
-// whole buffer every step (50 ms for a 67 MB DDP bucket, against 6 ms for the copy).
-at::Tensor reused_flat(int64_t n, at::ScalarType t) {
-  thread_local at::Tensor bytes;
+at::Tensor kept_buffer(at::Tensor& bytes, int64_t n, at::ScalarType t) {
   const int64_t need = n * static_cast<int64_t>(c10::elementSize(t));
   if (!bytes.defined() || bytes.numel() < need) bytes = at::empty({need}, at::kByte);
   return bytes.narrow(0, 0, need).view(t);
 }
-
-}  // namespace
 
 void Backend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op, const OpContext& ctx) {
   if (size() == 1) return;  // every op of one rank's tensors is the identity
@@ -29,7 +22,8 @@ void Backend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op, cons
     flat_views.push_back(t.view({-1}));
     total += t.numel();
   }
-  at::Tensor flat = reused_flat(total, ts.at(0).scalar_type());
+  thread_local at::Tensor bytes;  // the comm thread's, kept for its next call
+  at::Tensor flat = kept_buffer(bytes, total, ts.at(0).scalar_type());
   at::cat_out(flat, flat_views);
   allreduce(flat, divide ? ReduceOp::Sum : op, ctx);
   // The division rides along with the copy back (a 0-dim divisor: libtorch 1.13's

@@ -109,17 +109,10 @@ void HierBackend::step(Hop hop, const OpContext& ctx, F&& f) {
   }
 }
 
-at::Tensor HierBackend::scratch(int slot, int64_t n, at::ScalarType t) {
-  at::Tensor& bytes = scratch_[slot];
-  const int64_t need = n * static_cast<int64_t>(c10::elementSize(t));
-  if (!bytes.defined() || bytes.numel() < need) bytes = at::empty({need}, at::kByte);
-  return bytes.narrow(0, 0, need).view(t);
-}
-
 void HierBackend::allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) {
-  if (lay_.nodes == 1) return step(Hop::Intra, ctx, [&](Backend& b) { b.allreduce(t, op, ctx); });
-  if (lay_.per_node == 1)
-    return step(Hop::Inter, ctx, [&](Backend& b) { b.allreduce(t, op, ctx); });
+  if (lay_.nodes == 1 || lay_.per_node == 1)
+    return step(lay_.nodes == 1 ? Hop::Intra : Hop::Inter, ctx,
+                [&](Backend& b) { b.allreduce(t, op, ctx); });
   const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
   if (bytes < kSmallBytes || t.numel() < lay_.per_node) return allreduce_small(t, op, ctx);
   allreduce_large(t, op, ctx);
@@ -138,11 +131,11 @@ void HierBackend::allreduce_large(at::Tensor& t, ReduceOp op, const OpContext& c
   at::Tensor flat = t.view({-1});
   at::Tensor whole = flat;
   if (share * L != n) {
-    whole = scratch(0, share * L, t.scalar_type());
+    whole = kept_buffer(scratch_[0], share * L, t.scalar_type());
     whole.narrow(0, 0, n).copy_(flat);
     whole.narrow(0, n, share * L - n).zero_();
   }
-  at::Tensor mine = scratch(1, share, t.scalar_type());
+  at::Tensor mine = kept_buffer(scratch_[1], share, t.scalar_type());
   step(Hop::Intra, ctx, [&](Backend& b) {
     b.reduce_scatter(mine, whole, op,
                      step_context(ctx, OpKind::ReduceScatter, share * L, t.scalar_type()));
@@ -172,11 +165,11 @@ void HierBackend::allgather(at::Tensor& out, const at::Tensor& in, const OpConte
   if (N == 1 || L == 1)
     return step(N == 1 ? Hop::Intra : Hop::Inter, ctx,
                 [&](Backend& b) { b.allgather(out, in, ctx); });
-  at::Tensor across = scratch(0, N * n, in.scalar_type());
+  at::Tensor across = kept_buffer(scratch_[0], N * n, in.scalar_type());
   step(Hop::Inter, ctx, [&](Backend& b) {
     b.allgather(across, in, step_context(ctx, OpKind::Allgather, n, in.scalar_type()));
   });
-  at::Tensor inside = scratch(1, L * N * n, in.scalar_type());
+  at::Tensor inside = kept_buffer(scratch_[1], L * N * n, in.scalar_type());
   step(Hop::Intra, ctx, [&](Backend& b) {
     b.allgather(inside, across, step_context(ctx, OpKind::Allgather, N * n, in.scalar_type()));
   });
@@ -193,9 +186,9 @@ void HierBackend::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp
   if (N == 1 || L == 1)
     return step(N == 1 ? Hop::Intra : Hop::Inter, ctx,
                 [&](Backend& b) { b.reduce_scatter(out, in, op, ctx); });
-  at::Tensor local_major = scratch(0, L * N * n, in.scalar_type());
+  at::Tensor local_major = kept_buffer(scratch_[0], L * N * n, in.scalar_type());
   local_major.view({L, N, n}).copy_(in.view({N, L, n}).transpose(0, 1));
-  at::Tensor mine = scratch(1, N * n, in.scalar_type());
+  at::Tensor mine = kept_buffer(scratch_[1], N * n, in.scalar_type());
   step(Hop::Intra, ctx, [&](Backend& b) {
     b.reduce_scatter(mine, local_major, op,
                      step_context(ctx, OpKind::ReduceScatter, N * n, in.scalar_type()));
@@ -214,9 +207,9 @@ void HierBackend::alltoall(at::Tensor& out, const at::Tensor& in, const OpContex
   if (N == 1 || L == 1)
     return step(N == 1 ? Hop::Intra : Hop::Inter, ctx,
                 [&](Backend& b) { b.alltoall(out, in, ctx); });
-  at::Tensor by_local = scratch(0, L * N * n, in.scalar_type());
+  at::Tensor by_local = kept_buffer(scratch_[0], L * N * n, in.scalar_type());
   by_local.view({L, N, n}).copy_(in.view({N, L, n}).transpose(0, 1));
-  at::Tensor from_node = scratch(1, L * N * n, in.scalar_type());
+  at::Tensor from_node = kept_buffer(scratch_[1], L * N * n, in.scalar_type());
   step(Hop::Intra, ctx, [&](Backend& b) {
     b.alltoall(from_node, by_local,
                step_context(ctx, OpKind::Alltoall, L * N * n, in.scalar_type()));

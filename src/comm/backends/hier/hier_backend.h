@@ -106,15 +106,13 @@ class HierBackend final : public Backend {
   std::string describe(Hop hop) const;
   void allreduce_small(at::Tensor& t, ReduceOp op, const OpContext& ctx);
   void allreduce_large(at::Tensor& t, ReduceOp op, const OpContext& ctx);
-  // A buffer of `n` elements the comm thread keeps for later calls (slot 0 or 1).
-  at::Tensor scratch(int slot, int64_t n, at::ScalarType t);
   // The peer `rank` of a point-to-point op, or a ConfigError if no inner group holds both.
   std::pair<Hop, int> route(int rank, const char* op) const;
 
   HierLayout lay_;
   std::unique_ptr<Backend> intra_;
   std::unique_ptr<Backend> inter_;
-  at::Tensor scratch_[2];
+  at::Tensor scratch_[2];  // two buffers kept across calls (kept_buffer)
   StorePtr store_;
   std::string notice_key_;
   bool failed_ = false;  // an inner group failed (comm thread only)
