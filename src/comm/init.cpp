@@ -5,6 +5,7 @@
 
 #include "comm/backends/factories.h"
 #include "comm/backends/hier/hier_backend.h"
+#include "comm/blas_check.h"
 #include "comm/store_channel.h"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -26,6 +27,7 @@
 #include <optional>
 #include <random>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 namespace lockstep::comm {
@@ -80,6 +82,12 @@ bool debug_detail(const InitOptions& o) {
   if (o.detail) return *o.detail;
   const char* s = env(lockstep::env::kDebug);
   return s != nullptr && strcasecmp(s, lockstep::env::kDebugDetail) == 0;
+}
+
+// LOCKSTEP_DEBUG set to anything but "" or "0".
+bool debug_on() {
+  const char* s = env(lockstep::env::kDebug);
+  return s != nullptr && std::string_view(s) != "0";
 }
 
 Millis stall_warn(const InitOptions& o) {
@@ -621,6 +629,7 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   LaunchEnv e = options.env ? *options.env : LaunchEnv::from_environment();
   const std::string backend = resolve_backend(options.backend, e);
   const ProcessGroupOptions pgo = group_options(options);
+  check_blas(e, debug_on());
   if (backend == "mpi")
     return std::make_shared<ProcessGroup>(make_mpi_backend(e, pgo.timeout), pgo);
   const std::string prefix = next_prefix();

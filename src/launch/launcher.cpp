@@ -180,6 +180,9 @@ int run_launcher(const LaunchOptions& opt) {
   std::vector<int> logs = open_logs(opt);
   FdCloser closer{logs};
   EnvMap base = current_environment();
+  const BlasTuning blas = blas_tuning(base);  // first: it forks, before any thread starts
+  for (const auto& [k, v] : blas.env) base[k] = v;
+  if (!blas.note.empty()) say(blas.note);
   if (should_note_omp(opt, base))
     say("setting OMP_NUM_THREADS=1 for each rank so " + std::to_string(opt.nproc_per_node) +
         " ranks do not oversubscribe the cores; set it yourself to tune it");

@@ -7,8 +7,10 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "lockstep/blas_core.h"
 #include "lockstep/launch/options.h"
 
 namespace lockstep::launch {
@@ -39,6 +41,24 @@ EnvMap rank_env(const LaunchOptions& opt, int local_rank, const GroupContext& gr
 // heap pages instead of page-faulting through fresh mmap()s. The process keeps its peak
 // heap until it exits.
 EnvMap malloc_defaults(const EnvMap& base);
+
+// What lockstep-run adds for OpenBLAS (lockstep/blas_core.h): OPENBLAS_CORETYPE when the
+// OpenBLAS the ranks load picks kernels below the CPU's tier and base does not set
+// OPENBLAS_CORETYPE (a user's value always stands), with the one line the launcher says
+// about it; empty otherwise (the pick is right, the BLAS is not OpenBLAS, not x86-64).
+struct BlasTuning {
+  EnvMap env;
+  std::string note;
+};
+BlasTuning blas_tuning(const EnvMap& base, std::string_view detected_core, blas::Isa cpu, bool amd);
+// The same for this machine: probes the core OpenBLAS picks here (probe_openblas_core)
+// unless base sets OPENBLAS_CORETYPE.
+BlasTuning blas_tuning(const EnvMap& base);
+
+// The core OpenBLAS picks on its own on this machine (openblas_get_corename() of the
+// libblas.so.3 a libtorch program loads, else libopenblas.so.0), looked up in a child
+// process; "" when neither is OpenBLAS or the probe fails.
+std::string probe_openblas_core();
 
 // True when the launcher should print its OMP_NUM_THREADS note (as torchrun does).
 bool should_note_omp(const LaunchOptions& opt, const EnvMap& base);
