@@ -3,7 +3,7 @@
 //
 //   lockstep-bench ddp [--nproc 1,2] [--configs shm,gloo,mpi] [--steps 30] [--warmup 5]
 //                      [--rounds 1] [--out bench-results/ddp.csv] [--skip-peer]
-//                      [--python /usr/bin/python3] [--profile]
+//                      [--python /usr/bin/python3] [--profile] [--bf16]
 //
 // Workload (both sides): Mlp 1024-4096-4096-10 (~21M parameters, 84 MB of float32
 // gradients), batch 64 per rank, SGD lr 0.01, one compute thread per rank
@@ -45,14 +45,13 @@ std::string loadavg() {
 
 // ---------------------------------------------------------------- the jobs
 
-// Every side runs with the same environment: one compute thread, and glibc malloc as
-// lockstep-run sets it up (large tensors stay in the heap; see docs/launcher.md).
-const std::string kRankEnv = rank_environment();
+// Every side runs with the same environment (rank_environment()): one compute thread, and
+// glibc malloc and OpenBLAS's kernels as lockstep-run sets them up (docs/launcher.md).
 
 std::string worker_flags(const DdpArgs& a) {
   return " ddp --worker --steps " + std::to_string(a.steps) + " --warmup " +
          std::to_string(a.warmup) + " --batch " + std::to_string(a.batch) +
-         (a.profile ? " --profile" : "");
+         (a.profile ? " --profile" : "") + (a.bf16 ? " --bf16" : "");
 }
 
 std::string lockstep_cmd(const DdpArgs& a, const std::string& config, int n) {
@@ -63,13 +62,15 @@ std::string lockstep_cmd(const DdpArgs& a, const std::string& config, int n) {
   const std::string flags = worker_flags(a) + " --backend " + (auto_mpirun ? "auto" : backend) +
                             (variant.empty() ? "" : " --" + variant);
   if (auto_mpirun)
-    return kRankEnv + "env -u LOCKSTEP_BACKEND -u MASTER_PORT '" LOCKSTEP_MPIRUN_PATH "' -np " +
+    return rank_environment() +
+           "env -u LOCKSTEP_BACKEND -u MASTER_PORT '" LOCKSTEP_MPIRUN_PATH "' -np " +
            std::to_string(n) + " " + self_command() + flags;
   if (backend == "mpi")
-    return kRankEnv + "'" LOCKSTEP_MPIRUN_PATH "' -np " + std::to_string(n) + " " + self_command() +
-           flags;
-  return kRankEnv + "LOCKSTEP_BACKEND=" + backend + " '" LOCKSTEP_RUN_PATH "' --nproc-per-node " +
-         std::to_string(n) + " --master-port 0 " + self_command() + flags;
+    return rank_environment() + "'" LOCKSTEP_MPIRUN_PATH "' -np " + std::to_string(n) + " " +
+           self_command() + flags;
+  return rank_environment() + "LOCKSTEP_BACKEND=" + backend +
+         " '" LOCKSTEP_RUN_PATH "' --nproc-per-node " + std::to_string(n) + " --master-port 0 " +
+         self_command() + flags;
 }
 
 std::string peer_script(const DdpArgs& a) {
@@ -83,10 +84,10 @@ std::string peer_cmd(const DdpArgs& a, int n) {
   const std::string port = std::to_string(free_port());
   const std::string args = " '" + peer_script(a) + "' --steps " + std::to_string(a.steps) +
                            " --warmup " + std::to_string(a.warmup) + " --batch " +
-                           std::to_string(a.batch);
+                           std::to_string(a.batch) + (a.bf16 ? " --bf16" : "");
   std::string cmd = "(";
   for (int r = n - 1; r >= 0; --r) {
-    cmd.append(kRankEnv).append("RANK=").append(std::to_string(r));
+    cmd.append(rank_environment()).append("RANK=").append(std::to_string(r));
     cmd.append(" WORLD_SIZE=").append(std::to_string(n));
     cmd.append(" MASTER_ADDR=127.0.0.1 MASTER_PORT=").append(port);
     cmd.append(" '").append(a.python).append("'").append(args);
@@ -369,6 +370,7 @@ Command ddp_command(CLI::App& bench) {
   app->add_option("--peer-script", a->peer_script,
                   "the peer (default: <source>/bench/peers/pytorch_ddp.py)");
   app->add_flag("--profile", a->profile, "also time the step's components in isolation");
+  app->add_flag("--bf16", a->bf16, "forward and loss under bf16 autocast, on every side");
   app->add_flag("--worker", a->worker)->group(kWorkerOnly);
   app->add_option("--backend", a->backend)->group(kWorkerOnly);
   app->add_flag("--view", a->view)->group(kWorkerOnly);

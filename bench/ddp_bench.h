@@ -15,6 +15,7 @@ struct DdpArgs {
   bool profile = false;          // also time the step's components in isolation
   // both
   int steps = 30, warmup = 5, batch = 64;
+  bool bf16 = false;  // forward and loss under CPU bf16 autocast (oneDNN), on every side
   // driver
   std::string nprocs = "1,2";
   std::string configs = "shm,gloo,mpi";

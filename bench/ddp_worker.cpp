@@ -10,6 +10,7 @@
 
 #include <lockstep/lockstep.h>
 #include <lockstep/models/mlp.h>
+#include <lockstep/numerics/autocast.h>
 #include <lockstep/parallel/ddp/ddp.h>
 
 #include <torch/torch.h>
@@ -99,7 +100,10 @@ std::vector<StepTimes> train_steps(ProcessGroup& g, DDP& ddp, torch::optim::SGD&
     auto& [xb, yb] = batches[k % batches.size()];
     const double t0 = now_s();
     opt.zero_grad();
-    loss = torch::nn::functional::cross_entropy(ddp(xb), yb);
+    {
+      lockstep::amp::Autocast ac({.enabled = a.bf16});
+      loss = torch::nn::functional::cross_entropy(ddp(xb), yb);
+    }
     const double t1 = now_s();
     loss.backward();
     const double t2 = now_s();
@@ -120,7 +124,7 @@ std::vector<StepTimes> train_steps(ProcessGroup& g, DDP& ddp, torch::optim::SGD&
 // Backward without communication, under the same contention: seconds of each.
 template <class DDP>
 std::vector<double> backward_nosync(ProcessGroup& g, DDP& ddp, torch::optim::SGD& opt,
-                                    const Batches& batches, int steps) {
+                                    const Batches& batches, int steps, bool bf16) {
   g.barrier()->wait();
   std::vector<double> nosync;
   {
@@ -128,7 +132,11 @@ std::vector<double> backward_nosync(ProcessGroup& g, DDP& ddp, torch::optim::SGD
     for (int k = 0; k < std::max(5, steps / 3); ++k) {
       auto& [xb, yb] = batches[k % batches.size()];
       opt.zero_grad();
-      auto l = torch::nn::functional::cross_entropy(ddp(xb), yb);
+      at::Tensor l;
+      {
+        lockstep::amp::Autocast ac({.enabled = bf16});
+        l = torch::nn::functional::cross_entropy(ddp(xb), yb);
+      }
       const double t0 = now_s();
       l.backward();
       nosync.push_back(now_s() - t0);
@@ -175,7 +183,7 @@ int ddp_worker(const DdpArgs& a) {
   double sum = 0;
   for (const auto& p : ddp.parameters()) sum += p.to(at::kDouble).sum().item<double>();
   ok = same_everywhere(*g, sum) && ok;
-  const std::vector<double> nosync = backward_nosync(*g, ddp, opt, batches, a.steps);
+  const std::vector<double> nosync = backward_nosync(*g, ddp, opt, batches, a.steps, a.bf16);
 
   report_steps(me, times);
   report_result(me, "backward_nosync", median(nosync));

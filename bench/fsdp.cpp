@@ -39,7 +39,8 @@ std::string loadavg() {
 std::string malloc_environment(const std::string& mode) {
   if (mode == "mmap")
     return "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 "
-           "MALLOC_MMAP_THRESHOLD_=1048576 ";
+           "MALLOC_MMAP_THRESHOLD_=1048576 " +
+           blas_environment();
   return rank_environment();
 }
 

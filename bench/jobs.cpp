@@ -63,6 +63,14 @@ std::string rank_environment() {
   std::string env = "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 ";
   for (const auto& [k, v] : launch::malloc_defaults({}))
     env.append(k).append("=").append(v).append(" ");
+  return env + blas_environment();
+}
+
+std::string blas_environment() {
+  // Probed once per process, and only by the driver (a worker never builds a command).
+  static const launch::BlasTuning blas = launch::blas_tuning(launch::current_environment());
+  std::string env;
+  for (const auto& [k, v] : blas.env) env.append(k).append("=").append(v).append(" ");
   return env;
 }
 

@@ -27,9 +27,12 @@ struct JobOutput {
 JobOutput run_job_quiet(const std::string& cmd);
 
 // The environment every rank of every side of a benchmark runs with: one compute thread,
-// and glibc malloc as lockstep-run sets it up (docs/launcher.md), as VAR=value words
-// followed by a space.
+// and glibc malloc and OpenBLAS's kernels as lockstep-run sets them up (docs/launcher.md),
+// as VAR=value words followed by a space.
 std::string rank_environment();
+
+// The OPENBLAS_CORETYPE part of it alone (empty where OpenBLAS picks right by itself).
+std::string blas_environment();
 
 // The path of this program, quoted for the shell ('...').
 std::string self_command();

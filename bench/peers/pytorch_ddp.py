@@ -43,6 +43,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--sizes", default="1024,4096,4096,10")
+    ap.add_argument("--bf16", action="store_true", help="forward and loss under bf16 autocast")
     a = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -63,7 +64,8 @@ def main():
         x, y = batches[k % len(batches)]
         t0 = time.perf_counter()
         opt.zero_grad()
-        loss = F.cross_entropy(ddp(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            loss = F.cross_entropy(ddp(x), y)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -97,7 +99,8 @@ def main():
         for k in range(max(5, a.steps // 3)):
             x, y = batches[k % len(batches)]
             opt.zero_grad()
-            loss = F.cross_entropy(ddp(x), y)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+                loss = F.cross_entropy(ddp(x), y)
             t0 = time.perf_counter()
             loss.backward()
             nosync.append(time.perf_counter() - t0)
