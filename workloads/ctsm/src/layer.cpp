@@ -1,7 +1,5 @@
 #include <ctsm/layer.h>
 
-#include <lockstep/numerics/checkpoint.h>
-
 namespace ctsm {
 
 CtsmLayerImpl::CtsmLayerImpl(CtsmLayerOptions o) : checkpoint_(o.checkpoint) {
@@ -12,25 +10,36 @@ CtsmLayerImpl::CtsmLayerImpl(CtsmLayerOptions o) : checkpoint_(o.checkpoint) {
       register_module("attn", CtsmAttention(CtsmAttentionOptions{o.d_model, o.heads, o.dropout}));
   ff1_ = register_module("ff1", torch::nn::Linear(o.d_model, o.d_ff));
   ff2_ = register_module("ff2", torch::nn::Linear(o.d_ff, o.d_model));
-  drop_ = register_module("drop", torch::nn::Dropout(o.dropout));
+  drop_ = register_module("drop", lockstep::Dropout(o.dropout));
 }
 
+// x = h + drop(attn(ln_q(h), ln_kv(h + outcome))), y = x + drop(ff2(gelu(ff1(ln_ff(x))))),
+// with the checkpoints of the layer's plan. They run inside the layer, so inside its FSDP
+// unit: a recomputation finds the unit's parameters gathered by FSDP's pre-backward hook.
 torch::Tensor CtsmLayerImpl::forward(const torch::Tensor& h, const torch::Tensor& outcome,
                                      const torch::Tensor& allowed, const torch::Tensor& age_days) {
-  if (!checkpoint_) return body(h, outcome, allowed, age_days);
-  // Inside the layer, so inside its FSDP unit: the recomputation finds the unit's
-  // parameters gathered by FSDP's pre-backward hook.
-  return lockstep::checkpoint(
-      [this](const std::vector<torch::Tensor>& in) {
-        return std::vector<torch::Tensor>{body(in[0], in[1], in[2], in[3])};
-      },
-      {h, outcome, allowed, age_days}, parameters())[0];
+  lockstep::ResidualLayer layer;
+  layer.attention = [this](const torch::Tensor& in, const std::vector<torch::Tensor>& extra) {
+    return attention_branch(in, extra[0], extra[1], extra[2]);
+  };
+  layer.mlp = [this](const torch::Tensor& x) { return mlp_branch(x); };
+  if (checkpoint_.any()) {  // what the checkpoints declare; a plain forward needs none
+    for (auto* m : {ln_q_.ptr().get(), ln_kv_.ptr().get(), attn_.ptr().get()})
+      for (const auto& p : m->parameters()) layer.attention_params.push_back(p);
+    for (auto* m : {ln_ff_.ptr().get(), ff1_.ptr().get(), ff2_.ptr().get()})
+      for (const auto& p : m->parameters()) layer.mlp_params.push_back(p);
+  }
+  return lockstep::run_residual_layer(checkpoint_, layer, h, {outcome, allowed, age_days});
 }
 
-torch::Tensor CtsmLayerImpl::body(const torch::Tensor& h, const torch::Tensor& outcome,
-                                  const torch::Tensor& allowed, const torch::Tensor& age_days) {
-  auto x = h + drop_(attn_(ln_q_(h), ln_kv_(h + outcome), allowed, age_days));
-  return x + drop_(ff2_(torch::gelu(ff1_(ln_ff_(x)))));
+torch::Tensor CtsmLayerImpl::attention_branch(const torch::Tensor& h, const torch::Tensor& outcome,
+                                              const torch::Tensor& allowed,
+                                              const torch::Tensor& age_days) {
+  return drop_(attn_(ln_q_(h), ln_kv_(h + outcome), allowed, age_days));
+}
+
+torch::Tensor CtsmLayerImpl::mlp_branch(const torch::Tensor& x) {
+  return drop_(ff2_(torch::gelu(ff1_(ln_ff_(x)))));
 }
 
 }  // namespace ctsm
