@@ -19,23 +19,25 @@ CtsmLayerImpl::CtsmLayerImpl(CtsmLayerOptions o) : checkpoint_(o.checkpoint) {
 torch::Tensor CtsmLayerImpl::forward(const torch::Tensor& h, const torch::Tensor& outcome,
                                      const torch::Tensor& allowed, const torch::Tensor& age_days) {
   lockstep::ResidualLayer layer;
-  layer.attention = [this](const torch::Tensor& in, const std::vector<torch::Tensor>& extra) {
-    return attention_branch(in, extra[0], extra[1], extra[2]);
+  // An attention-only checkpoint takes h + outcome as its input: h then enters it once
+  // (ln_q), so the gradient of h sums its three parts (residual, ln_q, ln_kv) outside the
+  // checkpoint in the plain model's order, and the result stays bit-identical.
+  const bool kv_outside = checkpoint_.attention;
+  layer.attention = [this, kv_outside](const torch::Tensor& in,
+                                       const std::vector<torch::Tensor>& extra) {
+    const torch::Tensor kv = kv_outside ? extra[0] : in + extra[0];
+    return drop_(attn_(ln_q_(in), ln_kv_(kv), extra[1], extra[2]));
   };
   layer.mlp = [this](const torch::Tensor& x) { return mlp_branch(x); };
   if (checkpoint_.any()) {  // what the checkpoints declare; a plain forward needs none
-    for (auto* m : {ln_q_.ptr().get(), ln_kv_.ptr().get(), attn_.ptr().get()})
+    using Modules = std::initializer_list<torch::nn::Module*>;
+    for (auto* m : Modules{ln_q_.get(), ln_kv_.get(), attn_.get()})
       for (const auto& p : m->parameters()) layer.attention_params.push_back(p);
-    for (auto* m : {ln_ff_.ptr().get(), ff1_.ptr().get(), ff2_.ptr().get()})
+    for (auto* m : Modules{ln_ff_.get(), ff1_.get(), ff2_.get()})
       for (const auto& p : m->parameters()) layer.mlp_params.push_back(p);
   }
-  return lockstep::run_residual_layer(checkpoint_, layer, h, {outcome, allowed, age_days});
-}
-
-torch::Tensor CtsmLayerImpl::attention_branch(const torch::Tensor& h, const torch::Tensor& outcome,
-                                              const torch::Tensor& allowed,
-                                              const torch::Tensor& age_days) {
-  return drop_(attn_(ln_q_(h), ln_kv_(h + outcome), allowed, age_days));
+  return lockstep::run_residual_layer(checkpoint_, layer, h,
+                                      {kv_outside ? h + outcome : outcome, allowed, age_days});
 }
 
 torch::Tensor CtsmLayerImpl::mlp_branch(const torch::Tensor& x) {

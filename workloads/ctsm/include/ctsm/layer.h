@@ -34,9 +34,7 @@ class CtsmLayerImpl : public torch::nn::Module {
                         const torch::Tensor& allowed, const torch::Tensor& age_days);
 
  private:
-  // The residual branches: drop(attn(...)) and drop(mlp(ln_ff(x))).
-  torch::Tensor attention_branch(const torch::Tensor& h, const torch::Tensor& outcome,
-                                 const torch::Tensor& allowed, const torch::Tensor& age_days);
+  // The feed-forward residual branch, drop(ff2(gelu(ff1(ln_ff(x))))).
   torch::Tensor mlp_branch(const torch::Tensor& x);
   lockstep::LayerCheckpointing checkpoint_;
   torch::nn::LayerNorm ln_q_{nullptr}, ln_kv_{nullptr}, ln_ff_{nullptr};
