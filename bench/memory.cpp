@@ -1,21 +1,28 @@
-// lockstep-bench memory: activation checkpointing (lockstep::checkpoint_wrapper on every
-// layer) against the plain model: the activation memory autograd holds per step, the peak
-// tensor memory and peak RSS of a step, and the step time.
+// lockstep-bench memory: selective activation checkpointing (lockstep::CheckpointPolicy:
+// whole layers or their attention / MLP sub-blocks, every k-th layer, dropout masks kept or
+// drawn again) against the plain model: the activation memory autograd holds per step, the
+// peak tensor memory and peak RSS of a step, and the step time, each as a ratio to the
+// plain model measured in the same run.
 //
-//   lockstep-bench memory [--batch 4] [--seq-len 512] [--layers 8] [--d-model 64] ...
+//   lockstep-bench memory [--dropout 0.1] [--variants layer:1,layer:2,attention:1,...]
 //
 // The model is a transformer-like stack of the CTSM shape at long histories (max_len 512,
-// 8 layers; causal self-attention with dropout + feed-forward, pre-norm, residuals) fed
-// with random embeddings, trained with AdamW (dropout 0 as in configs/ctsm-demo.toml). Each variant
-// runs in a fresh process (this program with --worker) so that its peak RSS is its own; tensor
-// bytes come from the counting CPU allocator of bench/fsdp_memory.h. One compute thread per
-// process.
+// 8 layers; causal self-attention with dropout on the attention weights and both residual
+// branches + feed-forward, pre-norm, residuals) fed with random embeddings, trained with
+// AdamW. Its layers run through lockstep::run_residual_layer with the variant's plan and use
+// lockstep::Dropout. Each variant's memory is measured in a fresh process (this program with
+// --worker memory) so that its peak RSS is its own; tensor bytes come from the counting CPU
+// allocator of bench/fsdp_memory.h. The step times of all variants come from one process
+// (--worker time) whose steps go round the variants, so that a change in the machine's load
+// hits them alike. One compute thread per process.
 #include "bench_util.h"
 #include "commands.h"
 #include "fsdp_memory.h"
 #include "jobs.h"
 
-#include <lockstep/numerics/checkpoint.h>
+#include <lockstep/error.h>
+#include <lockstep/numerics/checkpoint_policy.h>
+#include <lockstep/numerics/dropout.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -36,56 +43,117 @@ struct Options {
   int64_t d_model = 64;
   int64_t heads = 4;
   int64_t d_ff = 128;
-  double dropout = 0.0;  // configs/ctsm-demo.toml
+  double dropout = 0.1;
   int steps = 5;
-  std::string mode;  // worker: plain, checkpointed or time
+  // BLOCKS:K[:redraw], comma separated; "plain" is always measured first.
+  std::string variants =
+      "layer:1,layer:2,layer:3,layer:4,attention:1,attention:2,mlp:1,layer:1:redraw,"
+      "attention:1:redraw";
+  std::string mode;     // worker: memory or time
+  int64_t variant = 0;  // memory worker: index into plain + variants
 };
 
-// One pre-norm layer: causal multi-head self-attention, then a feed-forward block.
-struct LayerImpl : torch::nn::Module {
-  LayerImpl(const Options& o) : heads(o.heads) {
-    ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.d_model})));
+using TensorVec = std::vector<torch::Tensor>;
+
+// "plain" or BLOCKS:K[:redraw] (BLOCKS: layer, attention, mlp; redraw: masks drawn again).
+CheckpointPolicy parse_variant(const std::string& spec) {
+  CheckpointPolicy p;
+  if (spec == "plain") return p;
+  const std::vector<std::string> parts = split_csv([&] {
+    std::string s = spec;
+    for (char& c : s)
+      if (c == ':') c = ',';
+    return s;
+  }());
+  LOCKSTEP_CHECK(parts.size() == 2 || (parts.size() == 3 && parts[2] == "redraw"),
+                 "lockstep-bench memory: variant '", spec,
+                 "' is not BLOCKS:K or BLOCKS:K:redraw (e.g. layer:2, attention:1:redraw)");
+  p.enabled = true;
+  p.blocks = parse_checkpoint_blocks(parts[0]);
+  p.every = std::stoll(parts[1]);
+  LOCKSTEP_CHECK(p.every >= 1, "lockstep-bench memory: variant '", spec, "': K must be >= 1");
+  p.keep_dropout_masks = parts.size() == 2;
+  return p;
+}
+
+std::vector<std::string> variant_list(const Options& o) {
+  std::vector<std::string> v{"plain"};
+  for (const auto& s : split_csv(o.variants)) v.push_back(s);
+  return v;
+}
+
+// Causal self-attention branch: dropout on the attention weights and on the output.
+struct AttentionImpl : torch::nn::Module {
+  explicit AttentionImpl(const Options& o) : heads(o.heads) {
+    ln = register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.d_model})));
     qkv = register_module("qkv", torch::nn::Linear(o.d_model, 3 * o.d_model));
     proj = register_module("proj", torch::nn::Linear(o.d_model, o.d_model));
-    ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.d_model})));
-    ff1 = register_module("ff1", torch::nn::Linear(o.d_model, o.d_ff));
-    ff2 = register_module("ff2", torch::nn::Linear(o.d_ff, o.d_model));
-    drop = register_module("drop", torch::nn::Dropout(o.dropout));
+    drop = register_module("drop", lockstep::Dropout(o.dropout));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     const int64_t B = x.size(0), L = x.size(1), D = x.size(2), dh = D / heads;
-    auto t = qkv(ln1(x)).view({B, L, 3, heads, dh}).permute({2, 0, 3, 1, 4});
+    auto t = qkv(ln(x)).view({B, L, 3, heads, dh}).permute({2, 0, 3, 1, 4});
     auto scores = t[0].matmul(t[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(dh));
     auto future = torch::ones({L, L}, torch::kBool).triu(1);
     auto att = drop(torch::softmax(scores.masked_fill(future, -INFINITY), -1));
-    auto h = x + drop(proj(att.matmul(t[2]).transpose(1, 2).reshape({B, L, D})));
-    return h + drop(ff2(torch::gelu(ff1(ln2(h)))));
+    return drop(proj(att.matmul(t[2]).transpose(1, 2).reshape({B, L, D})));
   }
   int64_t heads;
-  torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
-  torch::nn::Linear qkv{nullptr}, proj{nullptr}, ff1{nullptr}, ff2{nullptr};
-  torch::nn::Dropout drop{nullptr};
+  torch::nn::LayerNorm ln{nullptr};
+  torch::nn::Linear qkv{nullptr}, proj{nullptr};
+  lockstep::Dropout drop{nullptr};
+};
+TORCH_MODULE(Attention);
+
+// Feed-forward branch.
+struct FeedForwardImpl : torch::nn::Module {
+  explicit FeedForwardImpl(const Options& o) {
+    ln = register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.d_model})));
+    ff1 = register_module("ff1", torch::nn::Linear(o.d_model, o.d_ff));
+    ff2 = register_module("ff2", torch::nn::Linear(o.d_ff, o.d_model));
+    drop = register_module("drop", lockstep::Dropout(o.dropout));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return drop(ff2(torch::gelu(ff1(ln(x))))); }
+  torch::nn::LayerNorm ln{nullptr};
+  torch::nn::Linear ff1{nullptr}, ff2{nullptr};
+  lockstep::Dropout drop{nullptr};
+};
+TORCH_MODULE(FeedForward);
+
+// One pre-norm layer, checkpointed as its plan says.
+struct LayerImpl : torch::nn::Module {
+  LayerImpl(const Options& o, LayerCheckpointing plan) : plan(plan) {
+    attn = register_module("attn", Attention(o));
+    ff = register_module("ff", FeedForward(o));
+  }
+  torch::Tensor forward(const torch::Tensor& h) {
+    ResidualLayer layer;
+    layer.attention = [a = attn](const torch::Tensor& x, const TensorVec&) mutable { return a(x); };
+    layer.attention_params = attn->parameters();
+    layer.mlp = [f = ff](const torch::Tensor& x) mutable { return f(x); };
+    layer.mlp_params = ff->parameters();
+    return run_residual_layer(plan, layer, h);
+  }
+  LayerCheckpointing plan;
+  Attention attn{nullptr};
+  FeedForward ff{nullptr};
 };
 TORCH_MODULE(Layer);
 
 double mib(double bytes) { return bytes / (1 << 20); }
 
-torch::nn::Sequential make_net(const Options& o, bool ckpt) {
+torch::nn::Sequential make_net(const Options& o, const CheckpointPolicy& policy) {
   torch::manual_seed(0);
   torch::nn::Sequential net;
-  for (int64_t i = 0; i < o.layers; ++i) {
-    auto c = checkpoint_wrapper(Layer(o));
-    c->set_enabled(ckpt);
-    net->push_back(c);
-  }
+  for (int64_t i = 0; i < o.layers; ++i) net->push_back(Layer(o, policy.for_layer(i)));
   return net;
 }
 
 // One training step of `net`; `held` gets the tensor bytes alive from the end of the
-// forward to the backward (autograd's saved activations, and the output).
+// forward to the backward (autograd's saved activations, kept masks, and the output).
 struct Trainer {
-  Trainer(const Options& o, bool ckpt)
-      : net(make_net(o, ckpt)),
+  Trainer(const Options& o, const CheckpointPolicy& policy)
+      : net(make_net(o, policy)),
         opt(net->parameters(), torch::optim::AdamWOptions(1e-4)),
         x(torch::randn({o.batch, o.seq_len, o.d_model})),
         y(torch::randn({o.batch, o.seq_len, o.d_model})) {}
@@ -112,7 +180,7 @@ double cpu_s() {
 // Memory of one variant in this process (its peak RSS is its own); prints RESULT lines.
 int memory_worker(const Options& o) {
   install_counting_allocator();
-  Trainer t(o, o.mode == "checkpointed");
+  Trainer t(o, parse_variant(variant_list(o).at(static_cast<size_t>(o.variant))));
   t.step();  // creates gradients and optimizer state: the model state is steady from here
   const int64_t base = live_tensor_bytes();
   reset_peak_tensor_bytes();
@@ -124,83 +192,107 @@ int memory_worker(const Options& o) {
   return 0;
 }
 
-// Step time of both variants, their steps alternating so that a change in the machine's
-// load hits both alike: wall and CPU seconds (one thread: CPU time is the work done).
+// Step time of every variant, their steps going round the variants so that a change in the
+// machine's load hits all alike: wall and CPU seconds (one thread: CPU time is the work).
 int time_worker(const Options& o) {
   install_counting_allocator();
-  Trainer plain(o, false), ckpt(o, true);
-  plain.step();
-  ckpt.step();
-  std::vector<double> wall[2], cpu[2];
+  const std::vector<std::string> names = variant_list(o);
+  std::vector<std::unique_ptr<Trainer>> t;
+  for (const auto& n : names) {
+    t.push_back(std::make_unique<Trainer>(o, parse_variant(n)));
+    t.back()->step();  // warm-up
+  }
+  std::vector<std::vector<double>> wall(names.size()), cpu(names.size());
   for (int s = 0; s < o.steps; ++s)
-    for (int v = 0; v < 2; ++v) {
+    for (size_t v = 0; v < names.size(); ++v) {
       const double w0 = now_s(), c0 = cpu_s();
-      (v == 0 ? plain : ckpt).step();
+      t[v]->step();
       wall[v].push_back(now_s() - w0);
       cpu[v].push_back(cpu_s() - c0);
     }
-  for (int v = 0; v < 2; ++v) {
-    const std::string k = v == 0 ? "plain" : "ckpt";
-    report_result(0, "wall_s_" + k, median(wall[v]));
-    report_result(0, "cpu_s_" + k, median(cpu[v]));
+  for (size_t v = 0; v < names.size(); ++v) {
+    report_result(0, "wall_s_" + std::to_string(v), median(wall[v]));
+    report_result(0, "cpu_s_" + std::to_string(v), median(cpu[v]));
   }
   return 0;
 }
 
-// mode: "plain" / "checkpointed" (memory of one variant) or "time" (both, alternating).
-std::string worker_command(const Options& o, const std::string& mode) {
-  char args[512];
+std::string worker_command(const Options& o, const std::string& mode, size_t variant) {
+  char args[768];
   std::snprintf(args, sizeof args,
-                " memory --worker %s --batch %lld --seq-len %lld --layers %lld "
-                "--d-model %lld --heads %lld --d-ff %lld --dropout %g --steps %d",
-                mode.c_str(), static_cast<long long>(o.batch), static_cast<long long>(o.seq_len),
-                static_cast<long long>(o.layers), static_cast<long long>(o.d_model),
-                static_cast<long long>(o.heads), static_cast<long long>(o.d_ff), o.dropout,
-                o.steps);
+                " memory --worker %s --variant %zu --variants %s --batch %lld --seq-len %lld "
+                "--layers %lld --d-model %lld --heads %lld --d-ff %lld --dropout %g --steps %d",
+                mode.c_str(), variant, o.variants.c_str(), static_cast<long long>(o.batch),
+                static_cast<long long>(o.seq_len), static_cast<long long>(o.layers),
+                static_cast<long long>(o.d_model), static_cast<long long>(o.heads),
+                static_cast<long long>(o.d_ff), o.dropout, o.steps);
   return rank_environment() + self_command() + args;
 }
 
-bool run_worker(const Options& o, const std::string& mode, std::map<std::string, double>& out) {
-  const JobOutput job = run_job_quiet(worker_command(o, mode));
+bool run_worker(const Options& o, const std::string& mode, size_t variant,
+                std::map<std::string, double>& out) {
+  const JobOutput job = run_job_quiet(worker_command(o, mode, variant));
   out = job.results;
   if (job.status == 0 && !out.empty()) return true;
-  std::fprintf(stderr, "memory worker (%s) failed:\n%s", mode.c_str(), job.output.c_str());
+  std::fprintf(stderr, "memory worker (%s %zu) failed:\n%s", mode.c_str(), variant,
+               job.output.c_str());
   return false;
 }
 
-int driver(const Options& o) {
+// "layer, every 2" or "attention, every 1, masks redrawn".
+std::string describe(const std::string& spec) {
+  const CheckpointPolicy p = parse_variant(spec);
+  if (!p.enabled) return "plain";
+  return std::string(checkpoint_blocks_name(p.blocks)) + ", every " + std::to_string(p.every) +
+         (p.keep_dropout_masks ? "" : ", masks redrawn");
+}
+
+// The table of every variant against plain (row 0) and the settings that meet the targets.
+void print_report(const std::vector<std::string>& names,
+                  const std::vector<std::map<std::string, double>>& m,
+                  std::map<std::string, double>& t) {
+  Table table({"variant", "activations MiB", "ratio", "step peak MiB", "ratio", "peak RSS MiB",
+               "step ms", "ratio", "step CPU ms", "ratio"});
+  std::string meets;
+  for (size_t v = 0; v < names.size(); ++v) {
+    const std::string i = std::to_string(v);
+    const double held = m[v].at("held_bytes") / m[0].at("held_bytes");
+    const double wall = t["wall_s_" + i] / t["wall_s_0"], cpu = t["cpu_s_" + i] / t["cpu_s_0"];
+    table.add({describe(names[v]), fmt(mib(m[v].at("held_bytes")), 1), fmt(held) + "x",
+               fmt(mib(m[v].at("peak_above_state_bytes")), 1),
+               fmt(m[v].at("peak_above_state_bytes") / m[0].at("peak_above_state_bytes")) + "x",
+               fmt(mib(m[v].at("vmhwm_bytes")), 1), fmt(t["wall_s_" + i] * 1e3, 1), fmt(wall) + "x",
+               fmt(t["cpu_s_" + i] * 1e3, 1), fmt(cpu) + "x"});
+    if (v > 0 && held <= 0.40 && cpu <= 1.40 && wall <= 1.40)
+      meets += (meets.empty() ? "" : "; ") + describe(names[v]);
+  }
+  std::printf("%s", table.str().c_str());
   std::printf(
-      "activation checkpointing: %lld layers, d_model %lld, %lld heads, d_ff %lld, dropout %g; "
-      "batch %lld x seq_len %lld; AdamW; 1 thread per process; step time: median of %d "
-      "steps, the variants alternating\n",
+      "activations: tensor bytes autograd holds from the end of forward to backward (kept "
+      "dropout masks included); step peak: the most tensor bytes live during a step above the "
+      "model state (%.1f MiB: parameters, gradients, AdamW moments); peak RSS: the process's "
+      "VmHWM (a fresh process per variant); step CPU: the process's CPU time per step "
+      "(insensitive to other load). Ratios: to plain, from the same run.\n"
+      "targets: activations <= 0.40x and step time (wall and CPU) <= 1.40x; met by: %s\n",
+      mib(m[0].at("state_bytes")), meets.empty() ? "none" : meets.c_str());
+}
+
+int driver(const Options& o) {
+  const std::vector<std::string> names = variant_list(o);
+  for (const auto& n : names) parse_variant(n);  // a bad variant fails before any run
+  std::printf(
+      "selective activation checkpointing: %lld layers, d_model %lld, %lld heads, d_ff %lld, "
+      "dropout %g; batch %lld x seq_len %lld; AdamW; 1 thread per process; step time: median "
+      "of %d steps, the variants taking turns\n",
       static_cast<long long>(o.layers), static_cast<long long>(o.d_model),
       static_cast<long long>(o.heads), static_cast<long long>(o.d_ff), o.dropout,
       static_cast<long long>(o.batch), static_cast<long long>(o.seq_len), o.steps);
-  std::map<std::string, double> m[2], t;
-  if (!run_worker(o, "plain", m[0]) || !run_worker(o, "checkpointed", m[1]) ||
-      !run_worker(o, "time", t))
-    return 1;
-  Table table(
-      {"variant", "activations MiB", "step peak MiB", "peak RSS MiB", "step ms", "step CPU ms"});
-  const char* names[2] = {"plain", "checkpointed"};
-  const char* keys[2] = {"plain", "ckpt"};
-  for (int v = 0; v < 2; ++v)
-    table.add({names[v], fmt(mib(m[v]["held_bytes"]), 1),
-               fmt(mib(m[v]["peak_above_state_bytes"]), 1), fmt(mib(m[v]["vmhwm_bytes"]), 1),
-               fmt(t[std::string("wall_s_") + keys[v]] * 1e3, 1),
-               fmt(t[std::string("cpu_s_") + keys[v]] * 1e3, 1)});
-  auto ratio = [&](const char* k) { return fmt(m[1][k] / m[0][k]) + "x"; };
-  table.add({"ratio", ratio("held_bytes"), ratio("peak_above_state_bytes"), ratio("vmhwm_bytes"),
-             fmt(t["wall_s_ckpt"] / t["wall_s_plain"]) + "x",
-             fmt(t["cpu_s_ckpt"] / t["cpu_s_plain"]) + "x"});
-  std::printf("%s", table.str().c_str());
-  std::printf(
-      "activations: tensor bytes autograd holds from the end of forward to backward; step "
-      "peak: the most tensor bytes live during a step above the model state (%.1f MiB: "
-      "parameters, gradients, AdamW moments); peak RSS: the process's VmHWM (a fresh process "
-      "per variant); step CPU: the process's CPU time per step (insensitive to other load).\n"
-      "targets: activations <= 0.40x, step time <= 1.40x\n",
-      mib(m[0]["state_bytes"]));
+  std::vector<std::map<std::string, double>> m(names.size());
+  std::map<std::string, double> t;
+  for (size_t v = 0; v < names.size(); ++v)
+    if (!run_worker(o, "memory", v, m[v])) return 1;
+  if (!run_worker(o, "time", 0, t)) return 1;
+  print_report(names, m, t);
   return 0;
 }
 
@@ -209,7 +301,7 @@ int driver(const Options& o) {
 Command memory_command(CLI::App& bench) {
   auto o = std::make_shared<Options>();
   CLI::App* app = bench.add_subcommand(
-      "memory", "activation checkpointing: activation memory, peak RSS and step time");
+      "memory", "selective activation checkpointing: activation memory, peak RSS and step time");
   app->add_option("--batch", o->batch, "sequences per step")->capture_default_str();
   app->add_option("--seq-len", o->seq_len, "sequence length (history)")->capture_default_str();
   app->add_option("--layers", o->layers, "layers")->capture_default_str();
@@ -220,8 +312,15 @@ Command memory_command(CLI::App& bench) {
   app->add_option("--steps", o->steps, "timed steps (median)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app->add_option("--worker", o->mode, "run one measurement: plain, checkpointed or time")
-      ->check(CLI::IsMember({"plain", "checkpointed", "time"}))
+  app->add_option("--variants", o->variants,
+                  "checkpointing policies to compare with plain: BLOCKS:K[:redraw], BLOCKS one "
+                  "of layer, attention, mlp; K: every K-th layer; redraw: dropout masks drawn "
+                  "again in backward instead of kept")
+      ->capture_default_str();
+  app->add_option("--worker", o->mode, "run one measurement: memory or time")
+      ->check(CLI::IsMember({"memory", "time"}))
+      ->group(kWorkerOnly);
+  app->add_option("--variant", o->variant, "memory worker: the variant's index")
       ->group(kWorkerOnly);
   return {app, [o] {
             if (o->mode.empty()) return driver(*o);

@@ -8,6 +8,12 @@
 // is asked for without running their accumulators (a nested backward() into the
 // accumulators would fire the hooks inside a nested graph task, where DDP's
 // end-of-backward callback would be queued on the wrong task).
+//
+// Draws that lockstep::dropout makes inside the function are recorded in forward and handed
+// back in the recomputation (checkpoint_draws.h); they travel from forward to backward as
+// saved variables after the inputs, so they are freed when backward is done with them.
+#include "checkpoint_draws.h"
+
 #include <lockstep/error.h>
 #include <lockstep/numerics/autocast.h>
 #include <lockstep/numerics/checkpoint.h>
@@ -21,6 +27,7 @@
 #include <torch/cuda.h>
 
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -89,6 +96,8 @@ class RngFork {
 struct State : torch::CustomClassHolder {
   CheckpointFn fn;
   size_t num_inputs = 0;
+  size_t num_kept = 0;             // kept draws, saved after the inputs (value, rng state)
+  bool keep_draws = true;          // CheckpointOptions::keep_dropout_masks
   std::vector<at::Tensor> params;  // those that require grad
   RngState rng;
   amp::AutocastState autocast;
@@ -126,17 +135,39 @@ void check_leaves_declared(const variable_list& outputs, const variable_list& in
   }
 }
 
-// Runs fn again with grad on, under the forward's RNG and autocast state, on leaves that
-// stand in for the saved inputs.
+// Runs fn in forward (grad mode is off there: Function::apply), recording its kept draws.
+variable_list run_recording(const State& st, const variable_list& inputs, detail::KeptDraws& kept) {
+  std::optional<detail::DrawFrame> frame;
+  if (st.keep_draws) frame.emplace(kept, detail::DrawFrame::Mode::Record);
+  return st.fn(inputs);
+}
+
+// The saved variables: the inputs, then each kept draw's value and RNG state.
+variable_list saved_variables(const variable_list& inputs, const detail::KeptDraws& kept) {
+  variable_list out = inputs;
+  for (const auto& d : kept.draws) {
+    out.push_back(d.value);
+    out.push_back(d.rng_after);
+  }
+  return out;
+}
+
+// Runs fn again with grad on, under the forward's RNG and autocast state and with its kept
+// draws, on leaves that stand in for the saved inputs.
 variable_list recompute(const State& st, const variable_list& saved, variable_list& leaves) {
-  for (const auto& x : saved) {
-    at::Tensor d = x.detach();
-    if (x.requires_grad()) d.requires_grad_(true);
+  for (size_t i = 0; i < st.num_inputs; ++i) {
+    at::Tensor d = saved[i].detach();
+    if (saved[i].requires_grad()) d.requires_grad_(true);
     leaves.push_back(d);
   }
+  detail::KeptDraws kept;
+  for (size_t k = 0; k < st.num_kept; ++k)
+    kept.draws.push_back({saved[st.num_inputs + 2 * k], saved[st.num_inputs + 2 * k + 1]});
   RngFork fork(st.rng);
   amp::Autocast autocast(st.autocast);
   torch::AutoGradMode grad_on(true);
+  std::optional<detail::DrawFrame> frame;
+  if (st.keep_draws) frame.emplace(kept, detail::DrawFrame::Mode::Replay);
   return st.fn(leaves);
 }
 
@@ -149,7 +180,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     st->autocast = amp::current_state();
     std::vector<int64_t> versions;
     for (const auto& x : inputs) versions.push_back(x._version());
-    variable_list outputs = st->fn(inputs);  // grad mode is off here (Function::apply)
+    detail::KeptDraws kept;
+    variable_list outputs = run_recording(*st, inputs, kept);
     for (size_t i = 0; i < inputs.size(); ++i)
       if (inputs[i]._version() != versions[i])
         throw InvalidArgument(
@@ -159,7 +191,9 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     for (size_t i = 0; i < outputs.size(); ++i)
       LOCKSTEP_CHECK(outputs[i].defined(), "lockstep::checkpoint: output ", i,
                      " of the checkpointed function is undefined; return defined tensors only");
-    ctx->save_for_backward(inputs);  // version-checked again when backward unpacks them
+    // Version-checked again when backward unpacks them.
+    ctx->save_for_backward(saved_variables(inputs, kept));
+    st->num_kept = kept.draws.size();
     ctx->saved_data["state"] = at::IValue::make_capsule(st);
     ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined
     return outputs;
@@ -208,7 +242,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 
 std::vector<torch::Tensor> checkpoint(const CheckpointFn& fn,
                                       const std::vector<torch::Tensor>& inputs,
-                                      const std::vector<torch::Tensor>& params) {
+                                      const std::vector<torch::Tensor>& params,
+                                      const CheckpointOptions& options) {
   LOCKSTEP_CHECK(static_cast<bool>(fn), "lockstep::checkpoint: empty function");
   bool needs_grad = false;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -224,24 +259,26 @@ std::vector<torch::Tensor> checkpoint(const CheckpointFn& fn,
 
   st->fn = fn;
   st->num_inputs = inputs.size();
+  st->keep_draws = options.keep_dropout_masks;
   std::vector<at::Tensor> all = inputs;
   all.insert(all.end(), st->params.begin(), st->params.end());
   return CheckpointFunction::apply(at::TensorList(all), st);
 }
 
 torch::Tensor checkpoint(const std::function<torch::Tensor(const torch::Tensor&)>& fn,
-                         const torch::Tensor& input, const std::vector<torch::Tensor>& params) {
+                         const torch::Tensor& input, const std::vector<torch::Tensor>& params,
+                         const CheckpointOptions& options) {
   LOCKSTEP_CHECK(static_cast<bool>(fn), "lockstep::checkpoint: empty function");
   auto out = checkpoint(
       [fn](const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{fn(in[0])}; },
-      std::vector<torch::Tensor>{input}, params);
+      std::vector<torch::Tensor>{input}, params, options);
   return out[0];
 }
 
 // --- the module wrapper ------------------------------------------------------------------
 
-CheckpointedImpl::CheckpointedImpl(torch::nn::AnyModule inner)
-    : torch::nn::Module("lockstep::Checkpointed"), any_(std::move(inner)) {
+CheckpointedImpl::CheckpointedImpl(torch::nn::AnyModule inner, CheckpointOptions options)
+    : torch::nn::Module("lockstep::Checkpointed"), any_(std::move(inner)), options_(options) {
   LOCKSTEP_CHECK(!any_.is_empty(), "lockstep::checkpoint_wrapper: empty module");
   inner_ = any_.ptr();
   // The inner module's own members under their own names: the wrapper adds no name level,
@@ -257,7 +294,7 @@ torch::Tensor CheckpointedImpl::forward(const torch::Tensor& x) {
   if (!enabled_) return any_.forward(x);
   torch::nn::AnyModule layer = any_;  // shares the module; keeps it alive until backward
   return checkpoint([layer](const torch::Tensor& in) mutable { return layer.forward(in); }, x,
-                    parameters(/*recurse=*/true));
+                    parameters(/*recurse=*/true), options_);
 }
 
 void CheckpointedImpl::pretty_print(std::ostream& stream) const {

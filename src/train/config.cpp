@@ -104,6 +104,9 @@ void declare_precision_keys(ConfigSchema& s, TrainConfig& c) {
   s.f64("precision.init_scale", p.init_scale, 1.0);
   s.i64("precision.growth_interval", p.growth_interval, 1);
   s.boolean("memory.activation_checkpointing", c.memory.activation_checkpointing);
+  s.i64("memory.checkpoint_every", c.memory.checkpoint_every, 1);
+  s.one_of("memory.checkpoint_blocks", c.memory.checkpoint_blocks, {"layer", "attention", "mlp"});
+  s.boolean("memory.keep_dropout_masks", c.memory.keep_dropout_masks);
   s.one_of("train.non_finite", c.train.non_finite, {"stop", "skip"});
 }
 
@@ -191,6 +194,11 @@ void validate_precision_keys(const TrainConfig& c, const toml::table& root) {
       if (root["precision"][k].node() != nullptr)
         throw ConfigError(at("precision", k) + "key 'precision." + k +
                           "' needs precision.loss_scaling = \"dynamic\"");
+  if (!c.memory.activation_checkpointing)
+    for (const char* k : {"checkpoint_every", "checkpoint_blocks", "keep_dropout_masks"})
+      if (root["memory"][k].node() != nullptr)
+        throw ConfigError(at("memory", k) + "key 'memory." + k +
+                          "' needs memory.activation_checkpointing = true");
 }
 
 // Checks across the trainer's keys once all are set. `root` gives the offending key's line.

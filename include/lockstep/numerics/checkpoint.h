@@ -26,6 +26,10 @@
 //  - Under FSDP, the checkpoint goes inside a unit (FSDP wraps the checkpointed layer);
 //    a checkpoint around an FSDP unit fails in backward when the unit runs again.
 //  - With grad mode off, or when no input or parameter requires grad, `fn` just runs.
+//  - lockstep::dropout calls inside `fn` (numerics/dropout.h) keep their masks from the
+//    forward for the recomputation (CheckpointOptions::keep_dropout_masks); other random
+//    ops draw again from the replayed RNG state. Either way the numbers are the same.
+// Which layers and sub-blocks to checkpoint: numerics/checkpoint_policy.h.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -42,16 +46,26 @@ namespace lockstep {
 
 using CheckpointFn = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
 
+struct CheckpointOptions {
+  // Keep the masks that lockstep::dropout draws inside the function (1 byte per element,
+  // held from forward to backward) instead of drawing them again in the recomputation,
+  // which on the CPU costs more than the rest of a dropout-heavy block. False: only the
+  // inputs are kept and the masks are drawn again from the replayed RNG state.
+  bool keep_dropout_masks = true;
+};
+
 // Runs `fn(inputs)` without saving its activations for backward; see the contract above.
 // Inputs and outputs must be defined tensors; outputs that are not floating point, or do
 // not depend on anything that requires grad, come back with requires_grad false.
 std::vector<torch::Tensor> checkpoint(const CheckpointFn& fn,
                                       const std::vector<torch::Tensor>& inputs,
-                                      const std::vector<torch::Tensor>& params = {});
+                                      const std::vector<torch::Tensor>& params = {},
+                                      const CheckpointOptions& options = {});
 
 // One tensor in, one out.
 torch::Tensor checkpoint(const std::function<torch::Tensor(const torch::Tensor&)>& fn,
-                         const torch::Tensor& input, const std::vector<torch::Tensor>& params = {});
+                         const torch::Tensor& input, const std::vector<torch::Tensor>& params = {},
+                         const CheckpointOptions& options = {});
 
 // A layer (tensor in, tensor out) whose forward is checkpointed, with the layer's own
 // parameters declared. Transparent, like fsdp::wrap: it registers the layer's parameters,
@@ -59,7 +73,7 @@ torch::Tensor checkpoint(const std::function<torch::Tensor(const torch::Tensor&)
 // without it. Under FSDP, wrap this wrapper (not the other way round).
 class CheckpointedImpl : public torch::nn::Module {
  public:
-  explicit CheckpointedImpl(torch::nn::AnyModule inner);
+  explicit CheckpointedImpl(torch::nn::AnyModule inner, CheckpointOptions options = {});
   torch::Tensor forward(const torch::Tensor& x);
   const std::shared_ptr<torch::nn::Module>& inner() const { return inner_; }
   // Off: a plain forward of the layer (e.g. to compare memory and time).
@@ -70,17 +84,19 @@ class CheckpointedImpl : public torch::nn::Module {
  private:
   torch::nn::AnyModule any_;
   std::shared_ptr<torch::nn::Module> inner_;
+  CheckpointOptions options_;
   bool enabled_ = true;
 };
 TORCH_MODULE(Checkpointed);
 
 template <class M>
-Checkpointed checkpoint_wrapper(const torch::nn::ModuleHolder<M>& layer) {
-  return Checkpointed(torch::nn::AnyModule(layer));
+Checkpointed checkpoint_wrapper(const torch::nn::ModuleHolder<M>& layer,
+                                CheckpointOptions options = {}) {
+  return Checkpointed(torch::nn::AnyModule(layer), options);
 }
 template <class M>
-Checkpointed checkpoint_wrapper(std::shared_ptr<M> layer) {
-  return Checkpointed(torch::nn::AnyModule(std::move(layer)));
+Checkpointed checkpoint_wrapper(std::shared_ptr<M> layer, CheckpointOptions options = {}) {
+  return Checkpointed(torch::nn::AnyModule(std::move(layer)), options);
 }
 
 }  // namespace lockstep

@@ -60,6 +60,11 @@ struct PrecisionConfig {
 // Memory savers (docs/memory.md).
 struct MemoryConfig {
   bool activation_checkpointing = false;  // recompute the workload's layers in backward
+  // Which of them and which part (lockstep::CheckpointPolicy): layers 0, k, 2k, ...; the
+  // whole layer or its "attention" / "mlp" block; dropout masks kept or drawn again.
+  int64_t checkpoint_every = 1;
+  std::string checkpoint_blocks = "layer";
+  bool keep_dropout_masks = true;
 };
 
 struct ScheduleConfig {

@@ -19,7 +19,7 @@ CtsmImpl::CtsmImpl(CtsmOptions o) : o_(o) {
   layers_ = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < o.layers; ++i) {
     layer_ptrs_.push_back(lockstep::fsdp::wrap(
-        CtsmLayer(CtsmLayerOptions{D, o.heads, o.d_ff, o.dropout, o.checkpoint_layers})));
+        CtsmLayer(CtsmLayerOptions{D, o.heads, o.d_ff, o.dropout, o.checkpoint.for_layer(i)})));
     layers_->push_back(layer_ptrs_.back());
   }
   ln_out_ = register_module("ln_out", torch::nn::LayerNorm(torch::nn::LayerNormOptions({D})));

@@ -10,6 +10,8 @@
 
 #include <torch/torch.h>
 
+#include <lockstep/numerics/dropout.h>
+
 namespace ctsm {
 
 struct CtsmAttentionOptions {
@@ -31,7 +33,7 @@ class CtsmAttentionImpl : public torch::nn::Module {
   CtsmAttentionOptions o_;
   torch::nn::Linear wq_{nullptr}, wk_{nullptr}, wv_{nullptr}, wo_{nullptr};
   torch::Tensor start_k_, start_v_, recency_slope_;
-  torch::nn::Dropout drop_{nullptr};
+  lockstep::Dropout drop_{nullptr};  // torch's dropout, whose mask a checkpoint keeps
 };
 TORCH_MODULE(CtsmAttention);
 

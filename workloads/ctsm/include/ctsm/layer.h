@@ -8,6 +8,9 @@
 
 #include <ctsm/attention.h>
 
+#include <lockstep/numerics/checkpoint_policy.h>
+#include <lockstep/numerics/dropout.h>
+
 #include <vector>
 
 namespace ctsm {
@@ -17,9 +20,10 @@ struct CtsmLayerOptions {
   int64_t heads = 4;
   int64_t d_ff = 256;
   double dropout = 0.0;
-  // Recompute the layer's activations in backward instead of keeping them
-  // (lockstep::checkpoint; the trainer's memory.activation_checkpointing).
-  bool checkpoint = false;
+  // What to recompute in backward instead of keeping: the whole layer, its attention or its
+  // MLP residual block, or nothing (lockstep::CheckpointPolicy::for_layer; the trainer's
+  // memory.activation_checkpointing and memory.checkpoint_* keys).
+  lockstep::LayerCheckpointing checkpoint;
 };
 
 class CtsmLayerImpl : public torch::nn::Module {
@@ -30,13 +34,13 @@ class CtsmLayerImpl : public torch::nn::Module {
                         const torch::Tensor& allowed, const torch::Tensor& age_days);
 
  private:
-  torch::Tensor body(const torch::Tensor& h, const torch::Tensor& outcome,
-                     const torch::Tensor& allowed, const torch::Tensor& age_days);
-  bool checkpoint_ = false;
+  // The feed-forward residual branch, drop(ff2(gelu(ff1(ln_ff(x))))).
+  torch::Tensor mlp_branch(const torch::Tensor& x);
+  lockstep::LayerCheckpointing checkpoint_;
   torch::nn::LayerNorm ln_q_{nullptr}, ln_kv_{nullptr}, ln_ff_{nullptr};
   CtsmAttention attn_{nullptr};
   torch::nn::Linear ff1_{nullptr}, ff2_{nullptr};
-  torch::nn::Dropout drop_{nullptr};
+  lockstep::Dropout drop_{nullptr};  // its masks are kept by a checkpoint, not redrawn
 };
 TORCH_MODULE(CtsmLayer);
 

@@ -27,7 +27,9 @@ struct CtsmOptions {
   int64_t layers = 2;
   int64_t d_ff = 256;
   double dropout = 0.0;
-  bool checkpoint_layers = false;  // CtsmLayerOptions::checkpoint for every layer
+  // Activation checkpointing of the encoder layers (off by default); layer i gets
+  // checkpoint.for_layer(i) (lockstep/numerics/checkpoint_policy.h).
+  lockstep::CheckpointPolicy checkpoint;
 };
 
 class CtsmImpl : public torch::nn::Module {

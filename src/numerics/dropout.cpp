@@ -1,0 +1,42 @@
+// lockstep::dropout: torch::dropout whose mask a checkpoint can keep; see
+// include/lockstep/numerics/dropout.h and checkpoint_draws.h.
+#include <lockstep/error.h>
+#include <lockstep/numerics/dropout.h>
+
+#include "checkpoint_draws.h"
+
+#include <ATen/ATen.h>
+
+namespace lockstep {
+
+torch::Tensor dropout(const torch::Tensor& x, double p, bool train) {
+  if (!train || !(p > 0 && p < 1) || x.numel() == 0 || !x.device().is_cpu() ||
+      !detail::draw_frames_active())
+    return torch::dropout(x, p, train);
+  // libtorch's CPU dropout, step by step (ATen's _dropout_impl): contiguous noise drawn
+  // with bernoulli_(1 - p), scaled by 1 / (1 - p), multiplied in. Same ops on the same
+  // values, so the same bits; the draw is the part a checkpoint keeps.
+  at::Tensor noise;
+  const at::Tensor mask = detail::kept_draw(x.sizes(), [&] {
+    noise = at::empty_like(x, at::MemoryFormat::Contiguous);
+    noise.bernoulli_(1 - p);
+    return noise.to(at::kBool);
+  });
+  if (!noise.defined()) noise = mask.to(x.scalar_type());  // replayed: 0 and 1 exactly
+  noise.div_(1 - p);
+  return x * noise;
+}
+
+DropoutImpl::DropoutImpl(double p) : p_(p) {
+  LOCKSTEP_CHECK(p >= 0 && p <= 1, "lockstep::Dropout: p = ", p, " is not in [0, 1]");
+}
+
+torch::Tensor DropoutImpl::forward(const torch::Tensor& x) {
+  return lockstep::dropout(x, p_, is_training());
+}
+
+void DropoutImpl::pretty_print(std::ostream& stream) const {
+  stream << "lockstep::Dropout(p=" << p_ << ")";
+}
+
+}  // namespace lockstep
