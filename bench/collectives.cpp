@@ -4,9 +4,12 @@
 // The driver (no --worker) starts two jobs of this same program: one under lockstep-run
 // (lockstep shm, shm allreduce on alloc_shared tensors, lockstep gloo, raw c10d gloo)
 // and one under mpirun (lockstep mpi, raw MPI), then prints one table with the ratios
-// and writes the CSV.
+// and writes the CSV. Each job also measures the memory roofline (collectives_roofline.h)
+// at every size from 1 MiB, beside its collectives, so each implementation's time is set
+// against what the memory allowed in the same minutes.
 #include "bench_util.h"
 #include "collectives_impls.h"
+#include "collectives_roofline.h"
 #include "commands.h"
 #include "jobs.h"
 
@@ -20,6 +23,8 @@
 #include <memory>
 #include <sstream>
 
+#include <sched.h>
+
 namespace lockstep::bench {
 namespace {
 
@@ -30,10 +35,16 @@ struct Options {
   std::string ops = "allreduce,allgather,reduce_scatter";
   // driver: which implementations to run (all if empty); worker: make_impls()'s list
   std::string impls;
+  // Pin each rank to a core of its own (rank r on the r-th CPU this process may use).
+  bool separate_cores = false;
   // worker
   bool worker = false;
-  std::string csv;  // rank 0 appends its rows here
+  std::string csv;       // rank 0 appends its rows here
+  std::string roofline;  // the impl name of this job's STREAM rows ("" = none)
 };
+
+// The roofline is measured from this size up; below it latency, not memory, bounds.
+constexpr int64_t kRooflineMinBytes = int64_t{1} << 20;
 
 const char* const kOps[] = {"allreduce", "allgather", "reduce_scatter"};
 
@@ -74,17 +85,52 @@ void report(std::ostream& csv, const std::string& impl, const std::string& op, i
         << "\n";
 }
 
+// Pins this process to the (rank mod count)-th CPU of its current affinity mask.
+void pin_to_own_core(int rank) {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
+  const int count = CPU_COUNT(&allowed);
+  for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE && count > 0; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed) || seen++ != rank % count) continue;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(0, sizeof(one), &one) != 0) std::perror("sched_setaffinity");
+    return;
+  }
+}
+
+// The STREAM kernels at `bytes` on every rank at once; rank 0 reports them as rows of
+// impl `name`, op "copy" / "rmw" (GB/s per rank in the bandwidth columns).
+void report_stream(std::ostream& csv, comm::ProcessGroup& control, const std::string& name,
+                   int64_t bytes) {
+  const StreamBandwidth bw = measure_stream(control, bytes);
+  if (control.rank() != 0) return;
+  std::printf("%-14s STREAM %8s  copy %7.2f GB/s  a+=b %7.2f GB/s (per rank, %d at once)\n",
+              name.c_str(), format_size(bytes).c_str(), bw.copy, bw.rmw, control.size());
+  std::fflush(stdout);
+  if (!csv) return;
+  for (const auto& [op, gbps] : {std::pair{"copy", bw.copy}, std::pair{"rmw", bw.rmw}})
+    csv << name << "," << op << "," << bytes << "," << control.size() << ",0," << gbps << ","
+        << gbps << "\n";
+}
+
+// Size by size, so the roofline and every implementation of one size run minutes apart
+// at most, under the same load.
 int run_worker(const Options& o) {
   auto control = lockstep::init();  // for coordination only
   const int p = control->size();
+  if (o.separate_cores) pin_to_own_core(control->rank());
   auto impls = make_impls(o.impls, *control);
   std::ofstream csv;
   if (control->rank() == 0 && !o.csv.empty()) csv.open(o.csv, std::ios::app);
-  for (auto& impl : impls) {
-    for (const std::string op : kOps) {
-      if (!impl->supports(op) || !listed(o.ops, op)) continue;
-      for (int64_t bytes : parse_sizes(o.sizes)) {
-        const int64_t n = elements(bytes, p);
+  for (int64_t bytes : parse_sizes(o.sizes)) {
+    const int64_t n = elements(bytes, p);
+    if (!o.roofline.empty() && n * 4 >= kRooflineMinBytes)
+      report_stream(csv, *control, o.roofline, n * 4);
+    for (auto& impl : impls) {
+      for (const std::string op : kOps) {
+        if (!impl->supports(op) || !listed(o.ops, op)) continue;
         const double t = impl->time(op, n);  // median seconds; verifies the result
         if (control->rank() == 0) report(csv, impl->name(), op, n, p, t);
       }
@@ -107,14 +153,14 @@ bool run_job_command(const std::string& cmd, const char* what) {
 
 // The two jobs; their rank 0 append to `csv`. False if one failed.
 bool run_jobs(const Options& o, const std::string& csv) {
-  const std::string common =
-      " collectives --worker --sizes " + o.sizes + " --ops " + o.ops + " --csv '" + csv + "'";
+  const std::string common = " collectives --worker --sizes " + o.sizes + " --ops " + o.ops +
+                             " --csv '" + csv + "'" + (o.separate_cores ? " --separate-cores" : "");
   bool ok = true;
   const std::string local = pick("shm,shm-shared,gloo,c10d-gloo", o.impls);
   if (!local.empty()) {
     const std::string cmd = std::string("'") + LOCKSTEP_RUN_PATH + "' --nproc-per-node " +
                             std::to_string(o.nproc) + " --master-port 0 " + self_command() +
-                            common + " --impls " + local;
+                            common + " --impls " + local + " --roofline stream";
     ok = run_job_command(cmd, "lockstep-run");
   }
 #ifdef LOCKSTEP_HAVE_MPI
@@ -122,7 +168,7 @@ bool run_jobs(const Options& o, const std::string& csv) {
   if (!mpi.empty()) {
     const std::string cmd = std::string("'") + LOCKSTEP_MPIRUN_PATH + "' -np " +
                             std::to_string(o.nproc) + " " + self_command() + common + " --impls " +
-                            mpi;
+                            mpi + " --roofline stream-mpi";
     ok = run_job_command(cmd, "mpirun") && ok;
   }
 #endif
@@ -212,11 +258,53 @@ void print_latency(const Options& o, const Rows& rows) {
   std::printf("\n%s", t.str().c_str());
 }
 
+std::string percent(double x) { return x > 0 ? fmt(100 * x, 0) + "%" : std::string("n/a"); }
+
+// The job's STREAM bandwidths at `bytes` (0 where it measured none).
+StreamBandwidth stream_of(const Rows& rows, const std::string& name, int64_t bytes) {
+  const Row* copy = rows.get(name, "copy", bytes);
+  const Row* rmw = rows.get(name, "rmw", bytes);
+  return {copy ? copy->busbw : 0, rmw ? rmw->busbw : 0};
+}
+
+// Per op and size from 1 MiB: the bound (minimum traffic at the STREAM bandwidth of the
+// job that ran the implementation) and each implementation's time as a fraction of it.
+void print_roofline(const Options& o, const Rows& rows) {
+  Table t({"op", "size", "min traffic/rank", "kernel", "GB/s/rank", "bound ms", "shm", "shm shared",
+           "c10d-gloo", "MPI", "MPI's GB/s"});
+  for (const std::string op : kOps) {
+    if (!listed(o.ops, op)) continue;
+    for (int64_t bytes : parse_sizes(o.sizes)) {
+      const int64_t b = elements(bytes, o.nproc) * 4;
+      if (b < kRooflineMinBytes) continue;
+      const StreamBandwidth local = stream_of(rows, "stream", b),
+                            mpi = stream_of(rows, "stream-mpi", b);
+      const double bound = bound_seconds(op, b, o.nproc, local);
+      const double bound_mpi = bound_seconds(op, b, o.nproc, mpi);
+      auto frac = [&](const char* impl, double bnd) {
+        const Row* r = rows.get(impl, op, b);
+        return percent(r && r->t > 0 ? bnd / r->t : 0);
+      };
+      const bool copy = std::string(bound_kernel(op)) == "copy";
+      t.add({op, format_size(b),
+             format_size(static_cast<int64_t>(min_traffic_bytes(op, b, o.nproc))), bound_kernel(op),
+             fmt(copy ? local.copy : local.rmw), fmt(bound * 1e3, 3), frac("shm", bound),
+             frac("shm-shared", bound), frac("c10d-gloo", bound), frac("mpi-raw", bound_mpi),
+             fmt(copy ? mpi.copy : mpi.rmw)});
+    }
+  }
+  std::printf(
+      "\nmemory roofline, %d ranks: minimum memory traffic per rank (read + written, STREAM "
+      "counting) at the STREAM bandwidth each rank got with all %d running at once; each "
+      "implementation's bound time / its time (100%% = at the roofline; MPI against the "
+      "mpirun job's own STREAM figure)\n%s",
+      o.nproc, o.nproc, t.str().c_str());
+}
+
 int run_driver(const Options& o) {
   const std::string tmp = o.out + ".tmp";
   std::remove(tmp.c_str());
   make_parent_dir(o.out);
-  std::printf("memcpy bandwidth (1 core, 256 MiB): %.2f GB/s\n", memcpy_gbps(256 << 20));
   const bool ok = run_jobs(o, tmp);
   const Rows rows(tmp);
   std::rename(tmp.c_str(), o.out.c_str());
@@ -225,6 +313,7 @@ int run_driver(const Options& o) {
     if (listed(o.ops, op)) print_table(o, rows, op);
   std::printf("\nallreduce latency, us per op, %d ranks (median; lower is better)\n", o.nproc);
   print_latency(o, rows);
+  print_roofline(o, rows);
   std::printf("\nCSV: %s\n", o.out.c_str());
   return ok ? 0 : 1;  // the tables show what the jobs measured before failing
 }
@@ -253,7 +342,10 @@ Command collectives_command(CLI::App& bench) {
   app->add_option("--impls", o->impls,
                   "implementations to run, comma-separated (default all): shm, shm-shared, "
                   "gloo, c10d-gloo, mpi, mpi-raw");
+  app->add_flag("--separate-cores", o->separate_cores,
+                "pin each rank to a core of its own (rank r on the r-th CPU it may use)");
   app->add_flag("--worker", o->worker)->group(kWorkerOnly);
+  app->add_option("--roofline", o->roofline)->group(kWorkerOnly);
   app->add_option("--csv", o->csv)->group(kWorkerOnly);
   return {app, [o] { return o->worker ? run_worker(*o) : run_driver(*o); }};
 }

@@ -23,6 +23,14 @@ void reduce_many(void* dst, const void* const* srcs, int k, int64_t n, at::Scala
 // core's cache. The stores are fenced before it returns.
 void copy_streaming(void* dst, const void* src, int64_t bytes);
 
+// reduce_many, written to dst with non-temporal stores (copy_streaming) through a small
+// scratch block that stays in L1: for outputs nobody reads soon (large collectives), so
+// dst's lines are neither read first (no read for ownership) nor left in the cache. Same
+// order of combination, so the same bits as reduce_many. dst must not alias any source.
+// `divisor` > 0 divides each result by it before the store (Avg), as divide_inplace would.
+void reduce_many_streaming(void* dst, const void* const* srcs, int k, int64_t n, at::ScalarType t,
+                           ReduceOp op, int64_t divisor = 0);
+
 // d[i] /= divisor for i < n (floating-point dtypes: the Avg of a Sum; as Tensor::div_).
 void divide_inplace(void* d, int64_t n, at::ScalarType t, int64_t divisor);
 

@@ -83,8 +83,13 @@ class Flat {
         std::memcpy(dst + rel, p, len);
     });
   }
-  void scatter(const char* src, int64_t b, int64_t n) const {
-    each(b, n, [&](char* p, int64_t rel, int64_t len) { std::memcpy(p, src + rel, len); });
+  void scatter(const char* src, int64_t b, int64_t n, bool streaming = false) const {
+    each(b, n, [&](char* p, int64_t rel, int64_t len) {
+      if (streaming)
+        copy_streaming(p, src + rel, len);
+      else
+        std::memcpy(p, src + rel, len);
+    });
   }
 
  private:
@@ -109,10 +114,10 @@ Parts split(int64_t m, int P, int64_t elem) {
 // Reduces n elements of `srcs` (in list order: the same bits on every rank) and copies
 // the result to every one of `dsts`, block by block through an L1 scratch block, so the
 // division (`divisor` > 0: Avg) and the copies work in cache: one pass over memory per
-// source and destination. With `stream_first` the first destination gets non-temporal
-// stores (the Streaming path's staging slot).
+// source and destination. Destination d gets non-temporal stores if bit d of `streamed`
+// is set (the Streaming path's staging slot; a large tensor's output).
 void reduce_to(const std::vector<const char*>& srcs, const std::vector<char*>& dsts, int64_t n,
-               int64_t es, at::ScalarType dt, ReduceOp op, int64_t divisor, bool stream_first) {
+               int64_t es, at::ScalarType dt, ReduceOp op, int64_t divisor, unsigned streamed) {
   constexpr int64_t kBlockBytes = 16 << 10;
   alignas(64) static thread_local char scratch[kBlockBytes];
   const int64_t block = kBlockBytes / es;
@@ -123,7 +128,7 @@ void reduce_to(const std::vector<const char*>& srcs, const std::vector<char*>& d
     reduce_many(scratch, s.data(), static_cast<int>(s.size()), m, dt, op);
     if (divisor > 0) divide_inplace(scratch, m, dt, divisor);
     for (size_t d = 0; d < dsts.size(); ++d) {
-      if (d == 0 && stream_first)
+      if (d < 32 && (streamed >> d & 1u))
         copy_streaming(dsts[d] + off * es, scratch, m * es);
       else
         std::memcpy(dsts[d] + off * es, scratch, m * es);
@@ -204,12 +209,13 @@ void ShmBackend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
     std::vector<char*> part(P);
     for (int r = 0; r < P; ++r)
       part[r] = place.region->base[r] + place.offset + parts.begin(me) * es;
-    reduce_to({part.begin(), part.end()}, part, parts.len(me), es, dt, rop, divisor, false);
+    reduce_to({part.begin(), part.end()}, part, parts.len(me), es, dt, rop, divisor, 0);
     post();
     wait_all(w, step());
     return;
   }
   const bool streaming = leader_variant() == static_cast<int32_t>(ShmPath::Streaming);
+  const bool stream_out = streams_output(bytes);  // the tensor's writes: see ShmOptions
   const auto t0 = Clock::now();
 
   const int64_t chunk = static_cast<int64_t>(buffer_bytes()) / es;
@@ -230,7 +236,8 @@ void ShmBackend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
     // 3. reduce our part, in rank order, reading our own input in place
     flat.each(at + b0, b1 - b0, [&](char* p, int64_t rel, int64_t len) {
       for (int r = 0; r < P; ++r) from[r] = r == me ? p : segment().staging(r, buf) + b0 + rel;
-      reduce_to(from, {mine + b0 + rel, p}, len / es, es, dt, rop, divisor, streaming);
+      reduce_to(from, {mine + b0 + rel, p}, len / es, es, dt, rop, divisor,
+                (streaming ? 1u : 0u) | (stream_out ? 2u : 0u));
     });
     post();
     // 4. copy out the others' parts as they become ready (nearest peer first)
@@ -238,7 +245,7 @@ void ShmBackend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
       const int q = (me + k) % P;
       wait_peer(w, q, base + 2 * c + 2);
       const int64_t q0 = parts.begin(q) * es;
-      flat.scatter(segment().staging(q, buf) + q0, at + q0, parts.len(q) * es);
+      flat.scatter(segment().staging(q, buf) + q0, at + q0, parts.len(q) * es, stream_out);
     }
   }
   if (me == 0)
