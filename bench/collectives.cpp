@@ -74,7 +74,7 @@ double bus_factor(const std::string& op, int p) {
 
 // Rank 0: one line on stdout, one row of the CSV (impl,op,bytes,ranks,seconds,algbw,busbw).
 void report(std::ostream& csv, const std::string& impl, const std::string& op, int64_t n, int p,
-            double t) {
+            double t, double best) {
   const double algbw = n * 4.0 / t / 1e9, busbw = algbw * bus_factor(op, p);
   // "<t> ms" is parsed by bench/multihost.sh; small sizes need the 4th decimal (0.1 us).
   std::printf("%-14s %-15s %8s  %11.4f ms  busbw %7.2f GB/s\n", impl.c_str(), op.c_str(),
@@ -82,7 +82,7 @@ void report(std::ostream& csv, const std::string& impl, const std::string& op, i
   std::fflush(stdout);
   if (csv)
     csv << impl << "," << op << "," << n * 4 << "," << p << "," << t << "," << algbw << "," << busbw
-        << "\n";
+        << "," << best << "\n";
 }
 
 // Pins this process to the (rank mod count)-th CPU of its current affinity mask.
@@ -104,15 +104,20 @@ void pin_to_own_core(int rank) {
 // impl `name`, op "copy" / "rmw" (GB/s per rank in the bandwidth columns).
 void report_stream(std::ostream& csv, comm::ProcessGroup& control, const std::string& name,
                    int64_t bytes) {
-  const StreamBandwidth bw = measure_stream(control, bytes);
+  const StreamResult bw = measure_stream(control, bytes);
   if (control.rank() != 0) return;
-  std::printf("%-14s STREAM %8s  copy %7.2f GB/s  a+=b %7.2f GB/s (per rank, %d at once)\n",
-              name.c_str(), format_size(bytes).c_str(), bw.copy, bw.rmw, control.size());
+  std::printf(
+      "%-14s STREAM %8s  copy %7.2f GB/s (best %.2f)  a+=b %7.2f GB/s (best %.2f), per rank, %d "
+      "at once\n",
+      name.c_str(), format_size(bytes).c_str(), bw.median.copy, bw.best.copy, bw.median.rmw,
+      bw.best.rmw, control.size());
   std::fflush(stdout);
   if (!csv) return;
-  for (const auto& [op, gbps] : {std::pair{"copy", bw.copy}, std::pair{"rmw", bw.rmw}})
-    csv << name << "," << op << "," << bytes << "," << control.size() << ",0," << gbps << ","
-        << gbps << "\n";
+  // GB/s in the bandwidth columns, the best run's GB/s in the last
+  for (const auto& [op, med, best] : {std::tuple{"copy", bw.median.copy, bw.best.copy},
+                                      std::tuple{"rmw", bw.median.rmw, bw.best.rmw}})
+    csv << name << "," << op << "," << bytes << "," << control.size() << ",0," << med << "," << med
+        << "," << best << "\n";
 }
 
 // Size by size, so the roofline and every implementation of one size run minutes apart
@@ -132,7 +137,7 @@ int run_worker(const Options& o) {
       for (const std::string op : kOps) {
         if (!impl->supports(op) || !listed(o.ops, op)) continue;
         const double t = impl->time(op, n);  // median seconds; verifies the result
-        if (control->rank() == 0) report(csv, impl->name(), op, n, p, t);
+        if (control->rank() == 0) report(csv, impl->name(), op, n, p, t, impl->best());
       }
     }
   }
@@ -179,6 +184,7 @@ struct Row {
   std::string impl, op;
   int64_t bytes;
   double t, busbw;
+  double best;  // collectives: the best sample's seconds; STREAM rows: the best run's GB/s
 };
 
 // The rows of the workers' CSV by "impl|op|bytes".
@@ -189,10 +195,14 @@ class Rows {
     std::string line;
     while (std::getline(in, line)) {
       std::stringstream ss(line);
-      std::string f[7];
+      std::string f[8];
       for (auto& x : f) std::getline(ss, x, ',');
-      rows_[f[0] + "|" + f[1] + "|" + f[2]] = {f[0], f[1], std::stoll(f[2]), std::stod(f[4]),
-                                               std::stod(f[6])};
+      rows_[f[0] + "|" + f[1] + "|" + f[2]] = {f[0],
+                                               f[1],
+                                               std::stoll(f[2]),
+                                               std::stod(f[4]),
+                                               std::stod(f[6]),
+                                               f[7].empty() ? 0 : std::stod(f[7])};
     }
   }
   const Row* get(const std::string& impl, const std::string& op, int64_t bytes) const {
@@ -260,44 +270,54 @@ void print_latency(const Options& o, const Rows& rows) {
 
 std::string percent(double x) { return x > 0 ? fmt(100 * x, 0) + "%" : std::string("n/a"); }
 
-// The job's STREAM bandwidths at `bytes` (0 where it measured none).
-StreamBandwidth stream_of(const Rows& rows, const std::string& name, int64_t bytes) {
+// The job's STREAM bandwidths at `bytes` (0 where it measured none), at its median run
+// or at its best.
+StreamBandwidth stream_of(const Rows& rows, const std::string& name, int64_t bytes, bool best) {
   const Row* copy = rows.get(name, "copy", bytes);
   const Row* rmw = rows.get(name, "rmw", bytes);
-  return {copy ? copy->busbw : 0, rmw ? rmw->busbw : 0};
+  auto gbps = [best](const Row* r) { return r ? (best ? r->best : r->busbw) : 0; };
+  return {gbps(copy), gbps(rmw)};
+}
+
+// "median% / best%": the bound at the job's median STREAM figure over the median time,
+// and at its best STREAM run over the best sample (STREAM's own way to report).
+std::string fractions(const Rows& rows, const std::string& impl, const std::string& op, int64_t b,
+                      int p, const std::string& stream) {
+  const Row* r = rows.get(impl, op, b);
+  if (!r || r->t <= 0) return "n/a";
+  const double med = bound_seconds(op, b, p, stream_of(rows, stream, b, false)) / r->t;
+  const double best =
+      r->best > 0 ? bound_seconds(op, b, p, stream_of(rows, stream, b, true)) / r->best : 0;
+  return percent(med) + " / " + percent(best);
 }
 
 // Per op and size from 1 MiB: the bound (minimum traffic at the STREAM bandwidth of the
-// job that ran the implementation) and each implementation's time as a fraction of it.
+// job that ran the implementation) and each implementation's fraction of it.
 void print_roofline(const Options& o, const Rows& rows) {
   Table t({"op", "size", "min traffic/rank", "kernel", "GB/s/rank", "bound ms", "shm", "shm shared",
-           "c10d-gloo", "MPI", "MPI's GB/s"});
+           "c10d-gloo", "MPI"});
   for (const std::string op : kOps) {
     if (!listed(o.ops, op)) continue;
     for (int64_t bytes : parse_sizes(o.sizes)) {
       const int64_t b = elements(bytes, o.nproc) * 4;
       if (b < kRooflineMinBytes) continue;
-      const StreamBandwidth local = stream_of(rows, "stream", b),
-                            mpi = stream_of(rows, "stream-mpi", b);
-      const double bound = bound_seconds(op, b, o.nproc, local);
-      const double bound_mpi = bound_seconds(op, b, o.nproc, mpi);
-      auto frac = [&](const char* impl, double bnd) {
-        const Row* r = rows.get(impl, op, b);
-        return percent(r && r->t > 0 ? bnd / r->t : 0);
-      };
+      const StreamBandwidth local = stream_of(rows, "stream", b, false);
       const bool copy = std::string(bound_kernel(op)) == "copy";
-      t.add({op, format_size(b),
-             format_size(static_cast<int64_t>(min_traffic_bytes(op, b, o.nproc))), bound_kernel(op),
-             fmt(copy ? local.copy : local.rmw), fmt(bound * 1e3, 3), frac("shm", bound),
-             frac("shm-shared", bound), frac("c10d-gloo", bound), frac("mpi-raw", bound_mpi),
-             fmt(copy ? mpi.copy : mpi.rmw)});
+      const int p = o.nproc;
+      t.add({op, format_size(b), format_size(static_cast<int64_t>(min_traffic_bytes(op, b, p))),
+             bound_kernel(op), fmt(copy ? local.copy : local.rmw),
+             fmt(bound_seconds(op, b, p, local) * 1e3, 3),
+             fractions(rows, "shm", op, b, p, "stream"),
+             fractions(rows, "shm-shared", op, b, p, "stream"),
+             fractions(rows, "c10d-gloo", op, b, p, "stream"),
+             fractions(rows, "mpi-raw", op, b, p, "stream-mpi")});
     }
   }
   std::printf(
       "\nmemory roofline, %d ranks: minimum memory traffic per rank (read + written, STREAM "
-      "counting) at the STREAM bandwidth each rank got with all %d running at once; each "
-      "implementation's bound time / its time (100%% = at the roofline; MPI against the "
-      "mpirun job's own STREAM figure)\n%s",
+      "counting), the STREAM bandwidth per rank with all %d running at once (median run), the "
+      "time that traffic takes at it; each implementation's bound time / its time, "
+      "median / best (100%% = at the roofline; MPI against the mpirun job's own STREAM)\n%s",
       o.nproc, o.nproc, t.str().c_str());
 }
 

@@ -4,7 +4,10 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
+#include <vector>
 #if defined(__x86_64__)
 #include <emmintrin.h>
 #endif
@@ -41,28 +44,32 @@ void add_into(float* __restrict a, const float* __restrict b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a[i] += b[i];
 }
 
-// Median over runs of the slowest rank's seconds for `fn`.
-double slowest_median(comm::ProcessGroup& control, const std::function<void()>& fn) {
-  auto t = at::full({1}, median(time_runs(fn, &control, kStreamRuns)), at::kDouble);
+// {median, best} over runs of the slowest rank's seconds for `fn`.
+std::pair<double, double> slowest(comm::ProcessGroup& control, const std::function<void()>& fn) {
+  std::vector<double> runs = time_runs(fn, &control, kStreamRuns);
+  auto t = at::tensor({median(runs), *std::min_element(runs.begin(), runs.end())}, at::kDouble);
   control.allreduce(t, {comm::ReduceOp::Max})->wait();
-  return t.item<double>();
+  return {t[0].item<double>(), t[1].item<double>()};
 }
 
 }  // namespace
 
-StreamBandwidth measure_stream(comm::ProcessGroup& control, int64_t bytes) {
+StreamResult measure_stream(comm::ProcessGroup& control, int64_t bytes) {
   const int64_t n = std::max<int64_t>(bytes / 4, 16);
   at::Tensor a = at::full({n}, 1.0f), b = at::full({n}, 0.0f);  // pages touched
   char* pa = static_cast<char*>(a.data_ptr());
   char* pb = static_cast<char*>(b.data_ptr());
   const double nb = n * 4.0;
-  const double t_memcpy = slowest_median(control, [&] { std::memcpy(pb, pa, n * 4); });
-  const double t_nt = slowest_median(control, [&] { copy_nt(pb, pa, n * 4); });
+  const auto memcpy_t = slowest(control, [&] { std::memcpy(pb, pa, n * 4); });
+  const auto nt_t = slowest(control, [&] { copy_nt(pb, pa, n * 4); });
   // a += b with b = 1e-30: a stays ~1, no overflow or denormals over the runs
   b.fill_(1e-30f);
-  const double t_rmw =
-      slowest_median(control, [&] { add_into(a.data_ptr<float>(), b.data_ptr<float>(), n); });
-  return {2 * nb / std::min(t_memcpy, t_nt) / 1e9, 3 * nb / t_rmw / 1e9};
+  const auto rmw_t =
+      slowest(control, [&] { add_into(a.data_ptr<float>(), b.data_ptr<float>(), n); });
+  StreamResult r;
+  r.median = {2 * nb / std::min(memcpy_t.first, nt_t.first) / 1e9, 3 * nb / rmw_t.first / 1e9};
+  r.best = {2 * nb / std::min(memcpy_t.second, nt_t.second) / 1e9, 3 * nb / rmw_t.second / 1e9};
+  return r;
 }
 
 double min_traffic_bytes(const std::string& op, int64_t bytes, int p) {

@@ -27,11 +27,15 @@ struct StreamBandwidth {
   double copy = 0;  // b[i] = a[i]: the better of memcpy and a non-temporal-store copy
   double rmw = 0;   // a[i] += b[i] (float32)
 };
+// At the median run and at the best run (STREAM's own figure) of the slowest rank.
+struct StreamResult {
+  StreamBandwidth median, best;
+};
 
 // Every rank of `control` must call it with the same `bytes`: each runs the kernels on
 // its own two buffers of `bytes`, in step with the others (a barrier before each run).
-// Per kernel, the median over runs of the slowest rank's time.
-StreamBandwidth measure_stream(comm::ProcessGroup& control, int64_t bytes);
+// Per kernel, the median and the best run of the slowest rank.
+StreamResult measure_stream(comm::ProcessGroup& control, int64_t bytes);
 
 // Minimum memory traffic per rank of `op` ("allreduce", "reduce_scatter", "allgather")
 // over a buffer of `bytes` (allreduce: the tensor; reduce_scatter: the input; allgather:
