@@ -227,7 +227,13 @@ void reduce_many(void* dst, const void* const* srcs, int k, int64_t n, at::Scala
   }
 }
 
-void copy_streaming(void* dst, const void* src, int64_t bytes) {
+void store_fence() {
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
+}
+
+void copy_streaming(void* dst, const void* src, int64_t bytes, bool fence) {
   if (bytes <= 0) return;
 #if defined(__x86_64__)
   auto* d = static_cast<char*>(dst);
@@ -247,27 +253,10 @@ void copy_streaming(void* dst, const void* src, int64_t bytes) {
     _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
   }
   std::memcpy(d + i, s + i, bytes - i);
-  _mm_sfence();
+  if (fence) _mm_sfence();
 #else
   std::memcpy(dst, src, bytes);
 #endif
-}
-
-void reduce_many_streaming(void* dst, const void* const* srcs, int k, int64_t n, at::ScalarType t,
-                           ReduceOp op, int64_t divisor) {
-  LOCKSTEP_CHECK(k >= 1 && k <= 64, "reduce_many_streaming takes 1 to 64 sources, got ", k);
-  constexpr int64_t kScratchBytes = 16 << 10;  // with the sources' lines, well inside L1
-  alignas(64) char scratch[kScratchBytes];
-  const int64_t es = static_cast<int64_t>(c10::elementSize(t));
-  const int64_t block = kScratchBytes / es;
-  const void* s[64];
-  for (int64_t off = 0; off < n; off += block) {
-    const int64_t m = std::min(block, n - off);
-    for (int j = 0; j < k; ++j) s[j] = static_cast<const char*>(srcs[j]) + off * es;
-    reduce_many(scratch, s, k, m, t, op);
-    if (divisor > 0) divide_inplace(scratch, m, t, divisor);
-    copy_streaming(static_cast<char*>(dst) + off * es, scratch, m * es);
-  }
 }
 
 void reduce_inplace(void* dst, const void* src, int64_t n, at::ScalarType t, ReduceOp op) {

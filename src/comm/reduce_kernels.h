@@ -20,16 +20,14 @@ void reduce_many(void* dst, const void* const* srcs, int k, int64_t n, at::Scala
 
 // memcpy whose stores bypass the cache (non-temporal) where the CPU has them (x86-64),
 // plain memcpy elsewhere: for data another core will read from memory, not from this
-// core's cache. The stores are fenced before it returns.
-void copy_streaming(void* dst, const void* src, int64_t bytes);
-
-// reduce_many, written to dst with non-temporal stores (copy_streaming) through a small
-// scratch block that stays in L1: for outputs nobody reads soon (large collectives), so
-// dst's lines are neither read first (no read for ownership) nor left in the cache. Same
-// order of combination, so the same bits as reduce_many. dst must not alias any source.
-// `divisor` > 0 divides each result by it before the store (Avg), as divide_inplace would.
-void reduce_many_streaming(void* dst, const void* const* srcs, int k, int64_t n, at::ScalarType t,
-                           ReduceOp op, int64_t divisor = 0);
+// core's cache. The stores are fenced before it returns unless `fence` is false; then
+// call store_fence() after the last of a series, before another thread may read them (an
+// sfence waits until the write-combining buffers have drained: one per series of small
+// copies, e.g. the 16 KiB blocks of a reduction, instead of one per copy).
+void copy_streaming(void* dst, const void* src, int64_t bytes, bool fence = true);
+// Orders every earlier non-temporal store before every later store (sfence; nothing where
+// copy_streaming is a plain memcpy).
+void store_fence();
 
 // d[i] /= divisor for i < n (floating-point dtypes: the Avg of a Sum; as Tensor::div_).
 void divide_inplace(void* d, int64_t n, at::ScalarType t, int64_t divisor);

@@ -274,7 +274,7 @@ TEST_P(ShmBackendP, StreamingPathFollowsRankZero) {
 }
 
 TEST_P(ShmBackendP, StreamedOutputsAreExact) {
-  // Outputs from 4 KiB on written with non-temporal stores (LOCKSTEP_SHM_STREAM_BYTES),
+  // Allgather outputs from 4 KiB on written with non-temporal stores (LOCKSTEP_SHM_STREAM_BYTES),
   // through 8 KiB staging: every collective, dtype and size of all_collectives, then
   // outputs that start off a 16-byte boundary and an Avg allreduce, all exact.
   const std::vector<std::pair<std::string, std::string>> env = {

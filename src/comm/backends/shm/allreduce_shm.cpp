@@ -83,13 +83,8 @@ class Flat {
         std::memcpy(dst + rel, p, len);
     });
   }
-  void scatter(const char* src, int64_t b, int64_t n, bool streaming = false) const {
-    each(b, n, [&](char* p, int64_t rel, int64_t len) {
-      if (streaming)
-        copy_streaming(p, src + rel, len);
-      else
-        std::memcpy(p, src + rel, len);
-    });
+  void scatter(const char* src, int64_t b, int64_t n) const {
+    each(b, n, [&](char* p, int64_t rel, int64_t len) { std::memcpy(p, src + rel, len); });
   }
 
  private:
@@ -129,11 +124,12 @@ void reduce_to(const std::vector<const char*>& srcs, const std::vector<char*>& d
     if (divisor > 0) divide_inplace(scratch, m, dt, divisor);
     for (size_t d = 0; d < dsts.size(); ++d) {
       if (d < 32 && (streamed >> d & 1u))
-        copy_streaming(dsts[d] + off * es, scratch, m * es);
+        copy_streaming(dsts[d] + off * es, scratch, m * es, false);  // fenced below
       else
         std::memcpy(dsts[d] + off * es, scratch, m * es);
     }
   }
+  if (streamed != 0) store_fence();  // before a peer may read them (the post after this)
 }
 
 }  // namespace
@@ -215,7 +211,6 @@ void ShmBackend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
     return;
   }
   const bool streaming = leader_variant() == static_cast<int32_t>(ShmPath::Streaming);
-  const bool stream_out = streams_output(bytes);  // the tensor's writes: see ShmOptions
   const auto t0 = Clock::now();
 
   const int64_t chunk = static_cast<int64_t>(buffer_bytes()) / es;
@@ -236,8 +231,7 @@ void ShmBackend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
     // 3. reduce our part, in rank order, reading our own input in place
     flat.each(at + b0, b1 - b0, [&](char* p, int64_t rel, int64_t len) {
       for (int r = 0; r < P; ++r) from[r] = r == me ? p : segment().staging(r, buf) + b0 + rel;
-      reduce_to(from, {mine + b0 + rel, p}, len / es, es, dt, rop, divisor,
-                (streaming ? 1u : 0u) | (stream_out ? 2u : 0u));
+      reduce_to(from, {mine + b0 + rel, p}, len / es, es, dt, rop, divisor, streaming ? 1u : 0u);
     });
     post();
     // 4. copy out the others' parts as they become ready (nearest peer first)
@@ -245,7 +239,7 @@ void ShmBackend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
       const int q = (me + k) % P;
       wait_peer(w, q, base + 2 * c + 2);
       const int64_t q0 = parts.begin(q) * es;
-      flat.scatter(segment().staging(q, buf) + q0, at + q0, parts.len(q) * es, stream_out);
+      flat.scatter(segment().staging(q, buf) + q0, at + q0, parts.len(q) * es);
     }
   }
   if (me == 0)

@@ -3,8 +3,9 @@
 // reduces its slice over ranks 0..P-1 in rank order (its own slice straight from
 // its input) into its output.
 //
-// Large outputs (ShmOptions::stream_output_bytes) are written with non-temporal stores
-// through an L1 block (reduce_many_streaming): no read of the output's lines first.
+// The output is written with plain stores even when large: non-temporal ones (through
+// an L1 block, which a reduction needs) measured 10-25% slower here at 16-64 MiB,
+// although they skip the read of each output line (docs/algorithms.md, memory roofline).
 //
 // Buffer reuse follows allgather: chunk c + 2 overwrites buffer c % 2 only after
 // every peer has posted chunk c + 1's copy-in, i.e. after it finished chunk c.
@@ -33,7 +34,6 @@ void ShmBackend::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp 
   // out may alias our slice of in (in-place use); then reduce via our unused region.
   const char* my_in = src + me * n * es;
   const bool aliased = dst < my_in + n * es && my_in < dst + n * es;
-  const bool streaming = !aliased && streams_output(static_cast<uint64_t>(n * es));
   std::vector<const void*> srcs(P);
   const uint64_t base = step();
   int64_t c = 0;
@@ -48,10 +48,7 @@ void ShmBackend::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp 
       srcs[r] = r == me ? static_cast<const void*>(my_in + off * es)
                         : segment().staging(r, b) + me * m * es;
     char* target = aliased ? mine + me * m * es : dst + off * es;
-    if (streaming)
-      reduce_many_streaming(target, srcs.data(), P, len, in.scalar_type(), op);
-    else
-      reduce_many(target, srcs.data(), P, len, in.scalar_type(), op);
+    reduce_many(target, srcs.data(), P, len, in.scalar_type(), op);
     if (aliased) std::memcpy(dst + off * es, target, len * es);
     post();
   }

@@ -43,12 +43,13 @@ struct ShmOptions {
   // Allreduces up to this many bytes take the one-handshake path: the data rides
   // along with the descriptor round and every rank reduces all P copies.
   uint64_t small_bytes = 64 << 10;
-  // Outputs of at least this many bytes per rank (allgather, reduce_scatter, the
-  // allreduce's copy-out) are written with non-temporal stores: at that size they do not
-  // stay in the caches next to the inputs anyway, and such a store skips reading each
-  // line before overwriting it (a third of a copy's memory traffic). The price: a reader
-  // right after the collective gets the output from memory, not from cache. 0: never.
-  // LOCKSTEP_SHM_STREAM_BYTES overrides it.
+  // Allgather outputs of at least this many bytes per rank are written with
+  // non-temporal stores: at that size they do not stay in the caches next to the inputs
+  // anyway, and such a store skips reading each line before overwriting it (a third of
+  // a copy's memory traffic). The price: a reader right after the collective gets the
+  // output from memory, not from cache. (The allreduce's tensor was read just before it
+  // is written, and reduce_scatter's reduction would need an extra pass through L1: for
+  // both, non-temporal stores measured slower.) 0: never. LOCKSTEP_SHM_STREAM_BYTES.
   uint64_t stream_output_bytes = 8 << 20;
   // How large allreduces move their data (path_choice.h); LOCKSTEP_SHM_PATH.
   PathMode path = PathMode::Auto;
