@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <tuple>
 
 #include <sched.h>
 
@@ -72,7 +73,8 @@ double bus_factor(const std::string& op, int p) {
 
 // ---------------------------------------------------------------- worker (one rank)
 
-// Rank 0: one line on stdout, one row of the CSV (impl,op,bytes,ranks,seconds,algbw,busbw).
+// Rank 0: one line on stdout, one row of the CSV
+// (impl,op,bytes,ranks,seconds,algbw,busbw,best_seconds; seconds is the median).
 void report(std::ostream& csv, const std::string& impl, const std::string& op, int64_t n, int p,
             double t, double best) {
   const double algbw = n * 4.0 / t / 1e9, busbw = algbw * bus_factor(op, p);
