@@ -59,10 +59,12 @@ class Base : public CollectiveImpl {
     if (!true_on_all_ranks(control_, wrong.empty()))
       throw std::runtime_error(name() + " " + op + ": " +
                                (wrong.empty() ? "wrong result on another rank" : wrong));
-    // Every rank reports the largest median: the slowest rank sets the pace anyway.
-    auto t = at::full({1}, median(times), at::kDouble);
+    // Every rank reports the largest median (and best): the slowest rank sets the pace.
+    auto t =
+        at::tensor({median(times), *std::min_element(times.begin(), times.end())}, at::kDouble);
     control_.allreduce(t, {comm::ReduceOp::Max})->wait();
-    return t.item<double>();
+    best_ = t[1].item<double>();
+    return t[0].item<double>();
   }
 
  protected:

@@ -18,6 +18,12 @@ class CollectiveImpl {
   // tensor; allgather: the output; reduce_scatter: the input); small buffers are timed in
   // batches of ops back to back. Verifies the result; throws if wrong.
   virtual double time(const std::string& op, int64_t n) = 0;
+  // The fastest sample of the last time() call (slowest rank's), seconds per op: what the
+  // implementation does when the machine lets it, the figure STREAM itself reports.
+  double best() const { return best_; }
+
+ protected:
+  double best_ = 0;
 };
 
 // impls: comma list of shm, gloo, hier, mpi (lockstep's backends), BACKEND-qsgdB (its

@@ -227,7 +227,13 @@ void reduce_many(void* dst, const void* const* srcs, int k, int64_t n, at::Scala
   }
 }
 
-void copy_streaming(void* dst, const void* src, int64_t bytes) {
+void store_fence() {
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
+}
+
+void copy_streaming(void* dst, const void* src, int64_t bytes, bool fence) {
   if (bytes <= 0) return;
 #if defined(__x86_64__)
   auto* d = static_cast<char*>(dst);
@@ -247,7 +253,7 @@ void copy_streaming(void* dst, const void* src, int64_t bytes) {
     _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
   }
   std::memcpy(d + i, s + i, bytes - i);
-  _mm_sfence();
+  if (fence) _mm_sfence();
 #else
   std::memcpy(dst, src, bytes);
 #endif

@@ -20,8 +20,14 @@ void reduce_many(void* dst, const void* const* srcs, int k, int64_t n, at::Scala
 
 // memcpy whose stores bypass the cache (non-temporal) where the CPU has them (x86-64),
 // plain memcpy elsewhere: for data another core will read from memory, not from this
-// core's cache. The stores are fenced before it returns.
-void copy_streaming(void* dst, const void* src, int64_t bytes);
+// core's cache. The stores are fenced before it returns unless `fence` is false; then
+// call store_fence() after the last of a series, before another thread may read them (an
+// sfence waits until the write-combining buffers have drained: one per series of small
+// copies, e.g. the 16 KiB blocks of a reduction, instead of one per copy).
+void copy_streaming(void* dst, const void* src, int64_t bytes, bool fence = true);
+// Orders every earlier non-temporal store before every later store (sfence; nothing where
+// copy_streaming is a plain memcpy).
+void store_fence();
 
 // d[i] /= divisor for i < n (floating-point dtypes: the Avg of a Sum; as Tensor::div_).
 void divide_inplace(void* d, int64_t n, at::ScalarType t, int64_t divisor);

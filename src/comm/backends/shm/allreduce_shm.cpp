@@ -109,10 +109,10 @@ Parts split(int64_t m, int P, int64_t elem) {
 // Reduces n elements of `srcs` (in list order: the same bits on every rank) and copies
 // the result to every one of `dsts`, block by block through an L1 scratch block, so the
 // division (`divisor` > 0: Avg) and the copies work in cache: one pass over memory per
-// source and destination. With `stream_first` the first destination gets non-temporal
-// stores (the Streaming path's staging slot).
+// source and destination. Destination d gets non-temporal stores if bit d of `streamed`
+// is set (the Streaming path's staging slot; a large tensor's output).
 void reduce_to(const std::vector<const char*>& srcs, const std::vector<char*>& dsts, int64_t n,
-               int64_t es, at::ScalarType dt, ReduceOp op, int64_t divisor, bool stream_first) {
+               int64_t es, at::ScalarType dt, ReduceOp op, int64_t divisor, unsigned streamed) {
   constexpr int64_t kBlockBytes = 16 << 10;
   alignas(64) static thread_local char scratch[kBlockBytes];
   const int64_t block = kBlockBytes / es;
@@ -123,12 +123,13 @@ void reduce_to(const std::vector<const char*>& srcs, const std::vector<char*>& d
     reduce_many(scratch, s.data(), static_cast<int>(s.size()), m, dt, op);
     if (divisor > 0) divide_inplace(scratch, m, dt, divisor);
     for (size_t d = 0; d < dsts.size(); ++d) {
-      if (d == 0 && stream_first)
-        copy_streaming(dsts[d] + off * es, scratch, m * es);
+      if (d < 32 && (streamed >> d & 1u))
+        copy_streaming(dsts[d] + off * es, scratch, m * es, false);  // fenced below
       else
         std::memcpy(dsts[d] + off * es, scratch, m * es);
     }
   }
+  if (streamed != 0) store_fence();  // before a peer may read them (the post after this)
 }
 
 }  // namespace
@@ -204,7 +205,7 @@ void ShmBackend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
     std::vector<char*> part(P);
     for (int r = 0; r < P; ++r)
       part[r] = place.region->base[r] + place.offset + parts.begin(me) * es;
-    reduce_to({part.begin(), part.end()}, part, parts.len(me), es, dt, rop, divisor, false);
+    reduce_to({part.begin(), part.end()}, part, parts.len(me), es, dt, rop, divisor, 0);
     post();
     wait_all(w, step());
     return;
@@ -230,7 +231,7 @@ void ShmBackend::allreduce_coalesced(std::vector<at::Tensor>& ts, ReduceOp op,
     // 3. reduce our part, in rank order, reading our own input in place
     flat.each(at + b0, b1 - b0, [&](char* p, int64_t rel, int64_t len) {
       for (int r = 0; r < P; ++r) from[r] = r == me ? p : segment().staging(r, buf) + b0 + rel;
-      reduce_to(from, {mine + b0 + rel, p}, len / es, es, dt, rop, divisor, streaming);
+      reduce_to(from, {mine + b0 + rel, p}, len / es, es, dt, rop, divisor, streaming ? 1u : 0u);
     });
     post();
     // 4. copy out the others' parts as they become ready (nearest peer first)

@@ -3,6 +3,10 @@
 // reduces its slice over ranks 0..P-1 in rank order (its own slice straight from
 // its input) into its output.
 //
+// The output is written with plain stores even when large: non-temporal ones (through
+// an L1 block, which a reduction needs) measured 10-25% slower here at 16-64 MiB,
+// although they skip the read of each output line (docs/algorithms.md, memory roofline).
+//
 // Buffer reuse follows allgather: chunk c + 2 overwrites buffer c % 2 only after
 // every peer has posted chunk c + 1's copy-in, i.e. after it finished chunk c.
 #include "comm/backends/shm/shm_backend.h"

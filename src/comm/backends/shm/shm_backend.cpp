@@ -86,6 +86,7 @@ ShmOptions ShmOptions::from_environment() {
   ShmOptions o;
   o.buffer_bytes = parse_bytes("LOCKSTEP_SHM_BUFFER_BYTES", o.buffer_bytes);
   o.channel_bytes = parse_bytes("LOCKSTEP_SHM_CHANNEL_BYTES", o.channel_bytes);
+  o.stream_output_bytes = parse_bytes("LOCKSTEP_SHM_STREAM_BYTES", o.stream_output_bytes);
   o.path = path_mode_from_environment();
   return o;
 }

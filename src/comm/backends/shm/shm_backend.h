@@ -43,6 +43,14 @@ struct ShmOptions {
   // Allreduces up to this many bytes take the one-handshake path: the data rides
   // along with the descriptor round and every rank reduces all P copies.
   uint64_t small_bytes = 64 << 10;
+  // Allgather outputs of at least this many bytes per rank are written with
+  // non-temporal stores: at that size they do not stay in the caches next to the inputs
+  // anyway, and such a store skips reading each line before overwriting it (a third of
+  // a copy's memory traffic). The price: a reader right after the collective gets the
+  // output from memory, not from cache. (The allreduce's tensor was read just before it
+  // is written, and reduce_scatter's reduction would need an extra pass through L1: for
+  // both, non-temporal stores measured slower.) 0: never. LOCKSTEP_SHM_STREAM_BYTES.
+  uint64_t stream_output_bytes = 8 << 20;
   // How large allreduces move their data (path_choice.h); LOCKSTEP_SHM_PATH.
   PathMode path = PathMode::Auto;
   static ShmOptions from_environment();
@@ -107,6 +115,10 @@ class ShmBackend final : public Backend {
   const Segment& segment() const { return seg_; }
   uint64_t buffer_bytes() const { return seg_.config().buffer_bytes; }
   const ShmOptions& options() const { return options_; }
+  // Whether an output of `bytes` per rank is written with non-temporal stores.
+  bool streams_output(uint64_t bytes) const {
+    return options_.stream_output_bytes > 0 && bytes >= options_.stream_output_bytes;
+  }
   PathChooser& paths() { return paths_; }
   const SharedRegions& regions() const { return regions_; }
   // The segment's (unlinked) name, "/lockstep-..."; allocations append "-a<id>-r<rank>".
