@@ -116,8 +116,8 @@ def updated_baseline(old, current, conditions):
     for name, f in current.items():
         tol = figures.get(name, {}).get("tolerance", DEFAULT_TOLERANCE)
         figures[name] = dict(f, tolerance=tol)
-    return {"about": old.get("about", "bench/quick.py (make bench-quick): figures of one run "
-                                       "and a relative noise band per key"),
+    return {"about": "bench/quick.py (make bench-quick): the figures of a run and a relative "
+                     "noise band (tolerance) per key",
             "measured": conditions, "figures": dict(sorted(figures.items()))}
 
 
@@ -214,8 +214,11 @@ def measure_collectives(r, figures, notes):
 
 
 def have_torch_peer(python):
-    return subprocess.run([python, "-c", "import torch.distributed"], capture_output=True,
-                          env=bench_environment()).returncode == 0
+    try:
+        return subprocess.run([python, "-c", "import torch.distributed"], capture_output=True,
+                              env=bench_environment()).returncode == 0
+    except OSError:  # no such interpreter
+        return False
 
 
 def measure_ddp(r, figures, notes):
