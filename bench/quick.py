@@ -34,7 +34,6 @@ import datetime
 import json
 import os
 import re
-import shutil
 import signal
 import statistics
 import subprocess
@@ -154,7 +153,7 @@ class Runner:
             out += "\nbench/quick.py: killed after %d s\n" % STEP_TIMEOUT_S
         with open(os.path.join(self.log_dir, name + ".log"), "w") as f:
             f.write("$ " + " ".join(cmd) + "\n" + out)
-        print("  %-12s %5.1f s  (exit %d; log %s)" % (name, time.monotonic() - t0, p.returncode,
+        print("  %-13s %5.1f s  (exit %d; log %s)" % (name, time.monotonic() - t0, p.returncode,
                                                     os.path.join(self.log_dir, name + ".log")),
               file=sys.stderr, flush=True)
         return p.returncode, out
@@ -290,7 +289,7 @@ def measure_compression(r, figures, notes):
         figures["qsgd4_allreduce_speedup_1gbit"] = figure(fp32 / q4, "x (speedup)", True)
     except (IndexError, KeyError, ValueError, ZeroDivisionError):
         why = [l for l in text.splitlines() if "skipped" in l]
-        notes.append("qsgd4_allreduce_speedup_1gbit skipped: " +
+        notes.append("qsgd4_allreduce_speedup_1gbit skipped, lockstep-bench says: " +
                      (why[0].strip() if why else "no thin-link figure (see the log)"))
     tables = [codec_row(text)]
     for k in range(2, CODEC_RUNS + 1):
