@@ -126,5 +126,13 @@ bench: deps-bench build
 	$(BUILD)/bench/lockstep-bench train
 	$(BUILD)/bench/lockstep-bench fsdp
 
+# Short runs of the benchmarks above (~3 min on 2 cores), compared with bench/baseline.json:
+# flags a figure worse than its noise band (docs/development.md). Needs no download; a
+# missing peer (python3-torch, OpenMPI) or no root for the shaped link skips its figure.
+# QUICK_FLAGS: --strict (exit 1 on a regression), --update (write the new baseline).
+.PHONY: bench-quick
+bench-quick: build
+	python3 bench/quick.py --build $(BUILD) $(QUICK_FLAGS)
+
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-nompi build-torch2

@@ -3,6 +3,7 @@
 // that this program creates and always removes), uncompressed vs QSGD, in one run.
 //
 //   lockstep-bench compression [--nproc 2] [--rates 1gbit,10gbit,25gbit] [--skip-net] [--steps 5]
+//                              [--skip-ddp]
 //
 // The driver measures the codec itself, then for each rate runs
 //   ip netns exec NS lockstep-run --nproc-per-node N --master-port 0 SELF compression --worker
@@ -38,6 +39,7 @@ struct Options {
   int nproc = 2, steps = 5;
   std::string rates = "1gbit,10gbit,25gbit";
   bool skip_net = false;
+  bool skip_ddp = false;  // thin links: the allreduce only (bench/quick.py)
   bool worker = false;
 };
 
@@ -211,7 +213,8 @@ void time_ddp_step(const std::shared_ptr<ProcessGroup>& g, bool hook, int steps)
 int run_worker(const Options& o) {
   auto g = lockstep::init();
   time_allreduce(*g);
-  for (bool hook : {false, true}) time_ddp_step(g, hook, o.steps);
+  if (!o.skip_ddp)
+    for (bool hook : {false, true}) time_ddp_step(g, hook, o.steps);
   g->barrier()->wait();
   return 0;
 }
@@ -263,7 +266,7 @@ Results run_rate(const Options& o, const std::string& rate) {
   return run_job("LOCKSTEP_BACKEND=gloo LOCKSTEP_TIMEOUT_S=600 ip netns exec " + g_netns +
                  " '" LOCKSTEP_RUN_PATH "' --nproc-per-node " + std::to_string(o.nproc) +
                  " --master-port 0 " + self_command() + " compression --worker --steps " +
-                 std::to_string(o.steps));
+                 std::to_string(o.steps) + (o.skip_ddp ? " --skip-ddp" : ""));
 }
 
 void print_thin_link_table(const std::vector<std::string>& rates,
@@ -339,6 +342,7 @@ Command compression_command(CLI::App& bench) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app->add_flag("--skip-net", o->skip_net, "only the codec table (no network namespace)");
+  app->add_flag("--skip-ddp", o->skip_ddp, "thin links: time the allreduce, not the DDP step");
   app->add_flag("--worker", o->worker)->group(kWorkerOnly);
   return {app, [o] { return o->worker ? run_worker(*o) : run_driver(*o); }};
 }
