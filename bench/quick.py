@@ -123,12 +123,9 @@ def updated_baseline(old, current, conditions):
 # ---------------------------------------------------------------- running the benchmarks
 
 def bench_environment():
-    env = dict(os.environ)
-    # Debian's OpenBLAS 0.3.21 misdetects current Xeon/EPYC cores and runs its Prescott
-    # kernels (~6x slower GEMM). Until lockstep-run sets OPENBLAS_CORETYPE itself, set it
-    # here: every job inherits it, lockstep's ranks and the peers' alike, so ratios stay fair.
-    env.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
-    return env
+    # OpenBLAS's kernels need nothing here: lockstep-bench gives every job and peer the
+    # OPENBLAS_CORETYPE that lockstep-run would choose (docs/launcher.md, "The BLAS").
+    return dict(os.environ)
 
 
 class Runner:
@@ -346,8 +343,8 @@ def main(argv):
     a = parse_args(argv)
     before, t0 = conditions(), time.monotonic()
     print("bench-quick: OPENBLAS_CORETYPE=%s, load %s, %d cores" % (
-        bench_environment()["OPENBLAS_CORETYPE"], before["load"], before["cores"]),
-        file=sys.stderr, flush=True)
+        os.environ.get("OPENBLAS_CORETYPE", "(lockstep-run's choice)"), before["load"],
+        before["cores"]), file=sys.stderr, flush=True)
     figures, notes = measure(a)
     cond = dict(before, load_after=conditions()["load"],
                 seconds=round(time.monotonic() - t0))
