@@ -16,6 +16,7 @@ struct Command {
   std::function<int()> run;
 };
 
+Command checkpoint_command(CLI::App& bench);
 Command collectives_command(CLI::App& bench);
 Command compression_command(CLI::App& bench);
 Command ddp_command(CLI::App& bench);

@@ -1,6 +1,6 @@
 // lockstep-bench: benchmarks that measure lockstep beside its peers in the same run.
 //
-//   lockstep-bench collectives|compression|ddp|fsdp|train|optimizer|memory [OPTIONS]
+//   lockstep-bench collectives|compression|ddp|fsdp|train|optimizer|memory|checkpoint [OPTIONS]
 //   (--help on each)
 //
 // Exit status: 0 ok, 1 a benchmark failed, 2 a usage error (unknown flag, bad value).
@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<Command> commands{
       collectives_command(app), compression_command(app), ddp_command(app),   fsdp_command(app),
-      train_command(app),       optimizer_command(app),   memory_command(app)};
+      train_command(app),       optimizer_command(app),   memory_command(app),
+      checkpoint_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
