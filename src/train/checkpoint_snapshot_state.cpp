@@ -221,7 +221,9 @@ void FsdpShardSnapshot::write(OutputArchive& ar) const {
     ua.write("layout", c10::IValue(l.layout));
     ua.write("numel", c10::IValue(l.numel));
     ua.write("offset", c10::IValue(l.offset));
-    ua.write("shard", u.shard);
+    // A fresh detached tensor, as sharded_state writes: torch's pickler memoizes a tensor
+    // only when something else holds it too, and the memo changes the bytes.
+    ua.write("shard", u.shard.detach());
     ua.write("opt_kind", c10::IValue(u.opt_kind));
     ua.write("opt_step", c10::IValue(u.opt_step));
     for (const auto& [key, t] : u.opt) ua.write("opt." + key, t);
