@@ -184,6 +184,18 @@ void CheckpointStore::prepare(int64_t step) const {
   barrier();
 }
 
+void CheckpointStore::remove_leftovers() const {
+  if (!fs::is_directory(dir_)) return;
+  std::vector<fs::path> stale;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 &&
+        parse_step_name(name.substr(0, name.size() - 4)))
+      stale.push_back(e.path());
+  }
+  for (const auto& p : stale) fs::remove_all(p);
+}
+
 void CheckpointStore::commit(int64_t step, const std::string& meta_json,
                              const std::string& manifest,
                              const std::function<void(const char*)>& at) const {

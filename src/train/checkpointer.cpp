@@ -133,6 +133,10 @@ Checkpointer::Checkpointer(const TrainConfig& cfg, const RunContext& ctx, const 
       fsdp_(fsdp),
       store_(cfg.checkpoint.dir, ctx.group, cfg.checkpoint.keep),
       writer_(std::make_unique<CheckpointWriter>(cfg.checkpoint.mode == "async")) {
+  // Saves create step-N.tmp/ without a barrier: crash leftovers go first (a step-N.tmp/
+  // of this run's own steps would otherwise mix its files with the new ones).
+  if (ctx_.rank == 0) store_.remove_leftovers();
+  ctx_.barrier();
   if (!async()) return;
   check_snapshot_supported(optimizer_);  // before training, not at the first save
   if (fsdp_) fsdp_layout_ = std::make_unique<FsdpShardLayout>(read_fsdp_layout(*fsdp_));

@@ -44,6 +44,7 @@ int64_t restart_count_from_env();
 
 class Checkpointer {
  public:
+  // Collective (a barrier after rank 0 removed crash leftovers, step-N.tmp/).
   // `fsdp`: the model's FSDP core when strategy.kind = "fsdp" (sharded files), else null.
   Checkpointer(const TrainConfig& cfg, const RunContext& ctx, const BatchPlan& plan,
                std::shared_ptr<torch::nn::Module> model, torch::optim::Optimizer& optimizer,
@@ -86,6 +87,9 @@ class Checkpointer {
   }
   // The staging buffers (tests check that saves reuse them; the benchmark reports bytes).
   const HostStaging& staging() const { return staging_; }
+  // Seconds the last save() spent taking its snapshot (async: the staging copy), for the
+  // benchmark's breakdown of the time the step is blocked.
+  double last_snapshot_s() const { return last_snapshot_s_; }
   // The loss scaler whose scale and growth tracker go into meta.json and come back on
   // resume (precision.loss_scaling = "dynamic"); null: none.
   void set_scaler(amp::GradScaler* scaler) { scaler_ = scaler; }
@@ -129,6 +133,7 @@ class Checkpointer {
   std::optional<InFlight> in_flight_;  // the same on every rank
   std::string manifest_;               // this rank's lines, set by the write job
   HostStaging staging_;
+  double last_snapshot_s_ = 0;
   std::unique_ptr<FsdpShardLayout> fsdp_layout_;  // async FSDP: read once
   std::unique_ptr<CheckpointWriter> writer_;      // last: stopped first, before what it uses
 };

@@ -3,9 +3,10 @@
 // (docs/checkpoints.md, "Asynchronous saves"). Loading is in checkpointer.cpp.
 //
 // A save's life on every rank, the collectives in the step:
-//   save(N)        settle() the previous save; prepare (rank 0 creates step-N.tmp/, barrier);
-//                  the files: staged copies (async) or the live objects (sync); the writer
-//                  serializes and writes them into step-N.tmp/, each file fsync'd.
+//   save(N)        settle() the previous save; the files: staged copies (async) or the live
+//                  objects (sync); the writer creates step-N.tmp/ (every rank: no barrier;
+//                  crash leftovers were removed when the Checkpointer was built), serializes
+//                  and writes the files into it, each fsync'd.
 //   after_step(k)  while files are being written: allreduce [done, ok, failed rank]; when
 //                  every rank is done, gather the manifests (every rank's CRC-32s and
 //                  sizes) and rank 0's writer commits (meta.json, rename, LATEST, rotate).
@@ -16,6 +17,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <mutex>
 
@@ -110,6 +113,10 @@ void Checkpointer::write_files(int64_t step, const std::vector<PendingFile>& fil
   const int rank = ctx_.rank;
   const std::string tmp = store_.tmp_dir(step);
   checkpoint_test_point("write-start", step, rank);
+  std::error_code ec;  // another rank may create it at the same moment: EEXIST is fine
+  std::filesystem::create_directories(tmp, ec);
+  if (!std::filesystem::is_directory(tmp))
+    throw Error(tmp + ": cannot create the checkpoint directory: " + ec.message());
   std::string manifest;
   for (size_t i = 0; i < files.size(); ++i) {
     AtomicFileWriter w(tmp + "/" + files[i].name);
@@ -125,9 +132,10 @@ void Checkpointer::write_files(int64_t step, const std::vector<PendingFile>& fil
 void Checkpointer::save(int64_t step, double last_loss) {
   settle();
   const std::string meta = ctx_.rank == 0 ? meta_json(step, last_loss) : std::string();
-  store_.prepare(step);
+  const auto t0 = std::chrono::steady_clock::now();
   std::vector<PendingFile> files = async() ? staged_files() : live_files();
   const torch::Tensor rng = rng_state();
+  last_snapshot_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   files.push_back({rng_name(ctx_.rank), [rng](AtomicFileWriter& w) {
                      save_archive(w, [&rng](OutputArchive& ar) { ar.write("0", rng); });
                    }});

@@ -358,18 +358,17 @@ TEST_F(CheckpointTest, SecondSaveWaitsForTheFirst) {
       EXPECT_NO_THROW(CheckpointReader(step_dir(s)).read(f)) << s << " " << f;
 }
 
-// A background write that fails (its directory removed under it) is raised by finish(),
-// naming the rank and the cause; the previous checkpoint stays the one LATEST names.
+// A background write that fails (a file where its directory belongs) is raised by
+// finish(), naming the rank and the cause; the previous checkpoint stays the one LATEST
+// names.
 TEST_F(CheckpointTest, FailedBackgroundWriteIsReported) {
-  setenv(kTestCheckpointPauseMs, "200", 1);
   Rig rig(dir_, "async", "adamw");
   auto ck = rig.checkpointer();
-  unsetenv(kTestCheckpointPauseMs);
   rig.train(1);
   ck->save(1, 0.5);
   ck->finish();
+  std::ofstream(dir_ + "/step-00000002.tmp") << "in the way";
   ck->save(2, 0.5);
-  fs::remove_all(dir_ + "/step-00000002.tmp");  // while the writer pauses
   try {
     ck->finish();
     ADD_FAILURE() << "expected an Error";
@@ -377,7 +376,7 @@ TEST_F(CheckpointTest, FailedBackgroundWriteIsReported) {
     const std::string m = e.what();
     std::cout << "  " << m << "\n";
     EXPECT_NE(m.find("checkpoint of step 2: writing it failed on rank 0"), std::string::npos);
-    EXPECT_NE(m.find("cannot create"), std::string::npos);
+    EXPECT_NE(m.find("cannot create the checkpoint directory"), std::string::npos);
   }
   EXPECT_EQ(read_file(dir_ + "/LATEST"), "step-00000001\n");
   ck->finish();  // nothing in flight any more

@@ -90,6 +90,9 @@ class CheckpointStore {
   // barrier, so every rank may write into it.
   void prepare(int64_t step) const;
   std::string tmp_dir(int64_t step) const { return dir_ + "/" + step_name(step) + ".tmp"; }
+  // Not collective (rank 0, before any rank writes): removes every step-N.tmp/ that a crash
+  // left behind, so that writers may create tmp_dir(step) themselves without a barrier.
+  void remove_leftovers() const;
   // Collective: every rank's manifest lines (manifest_line) concatenated in rank order, on
   // every rank. Called once every rank's files are durable, it is also the barrier before
   // the commit.
