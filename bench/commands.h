@@ -17,6 +17,7 @@ struct Command {
 };
 
 Command blas_command(CLI::App& bench);
+Command checkpoint_command(CLI::App& bench);
 Command collectives_command(CLI::App& bench);
 Command compression_command(CLI::App& bench);
 Command ddp_command(CLI::App& bench);

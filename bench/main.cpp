@@ -1,6 +1,7 @@
 // lockstep-bench: benchmarks that measure lockstep beside its peers in the same run.
 //
-//   lockstep-bench collectives|compression|ddp|fsdp|train|optimizer|memory|blas [OPTIONS]
+//   lockstep-bench collectives|compression|ddp|fsdp|train|optimizer|memory|blas|checkpoint
+//                  [OPTIONS]
 //   (--help on each)
 //
 // Exit status: 0 ok, 1 a benchmark failed, 2 a usage error (unknown flag, bad value).
@@ -37,8 +38,9 @@ int main(int argc, char** argv) {
                "lockstep-bench"};
   app.require_subcommand(1);
   const std::vector<Command> commands{
-      collectives_command(app), compression_command(app), ddp_command(app),    fsdp_command(app),
-      train_command(app),       optimizer_command(app),   memory_command(app), blas_command(app)};
+      collectives_command(app), compression_command(app), ddp_command(app),
+      fsdp_command(app),        train_command(app),       optimizer_command(app),
+      memory_command(app),      blas_command(app),        checkpoint_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <zlib.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,12 @@
 #include <sstream>
 
 namespace lockstep::train {
+namespace {
+
+// Pieces smaller than this are gathered; larger ones (tensor data) go straight to write().
+constexpr size_t kBuffer = size_t(1) << 20;
+
+}  // namespace
 
 void fsync_dir(const std::string& dir) {
   const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
@@ -21,25 +28,9 @@ void fsync_dir(const std::string& dir) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw Error(tmp + ": cannot create: " + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const std::string err = std::strerror(errno);
-      ::close(fd);
-      throw Error(detail::concat(tmp, ": write failed: ", err));
-    }
-    done += size_t(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0)
-    throw Error(tmp + ": fsync/close failed: " + std::strerror(errno));
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw Error(path + ": rename failed: " + std::strerror(errno));
-  fsync_dir(std::filesystem::path(path).parent_path().string());
+  AtomicFileWriter w(path);
+  w.append(bytes.data(), bytes.size());
+  w.commit();
 }
 
 std::string read_file(const std::string& path) {
@@ -48,6 +39,65 @@ std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+AtomicFileWriter::AtomicFileWriter(std::string path)
+    : path_(std::move(path)), tmp_(path_ + ".tmp"), crc_(uint32_t(::crc32(0L, Z_NULL, 0))) {
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd_ < 0) throw Error(tmp_ + ": cannot create: " + std::strerror(errno));
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void AtomicFileWriter::append(const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  crc_ = uint32_t(::crc32_z(crc_, reinterpret_cast<const Bytef*>(p), n));
+  bytes_ += int64_t(n);
+  if (buf_.size() + n <= kBuffer) {
+    buf_.append(p, n);
+    return;
+  }
+  flush();
+  write_all(p, n);
+}
+
+void AtomicFileWriter::flush() {
+  write_all(buf_.data(), buf_.size());
+  buf_.clear();
+}
+
+void AtomicFileWriter::write_all(const char* p, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t k = ::write(fd_, p + done, n - done);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      throw Error(detail::concat(tmp_, ": write failed: ", std::strerror(errno),
+                                 " (disk full? free space or set checkpoint.dir elsewhere)"));
+    }
+    done += size_t(k);
+  }
+}
+
+void AtomicFileWriter::commit() {
+  flush();
+  const int fd = fd_;
+  fd_ = -1;
+  const bool synced = ::fsync(fd) == 0;
+  const std::string err = synced ? std::string() : std::strerror(errno);
+  const bool closed = ::close(fd) == 0;
+  if (!synced || !closed) {
+    const std::string why = synced ? std::strerror(errno) : err;
+    ::unlink(tmp_.c_str());
+    throw Error(tmp_ + ": fsync/close failed: " + why);
+  }
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
+    throw Error(path_ + ": rename failed: " + std::strerror(errno));
+  fsync_dir(std::filesystem::path(path_).parent_path().string());
 }
 
 }  // namespace lockstep::train

@@ -45,8 +45,7 @@ uint32_t meta_self_crc(json meta) {
 std::string manifest_lines(const std::map<std::string, std::string>& files) {
   std::string out;
   for (const auto& [name, bytes] : files)
-    out +=
-        name + "\t" + hex32(checkpoint_crc32(bytes)) + "\t" + std::to_string(bytes.size()) + "\n";
+    out += CheckpointStore::manifest_line(name, checkpoint_crc32(bytes), int64_t(bytes.size()));
   return out;
 }
 
@@ -171,38 +170,65 @@ std::string CheckpointStore::gather_manifest(const std::string& mine) const {
   return all;
 }
 
+std::string CheckpointStore::manifest_line(const std::string& name, uint32_t crc32, int64_t bytes) {
+  return name + "\t" + hex32(crc32) + "\t" + std::to_string(bytes) + "\n";
+}
+
+void CheckpointStore::prepare(int64_t step) const {
+  if (rank_ == 0) {
+    const std::string tmp = tmp_dir(step);
+    fs::create_directories(dir_);
+    fs::remove_all(tmp);  // leftovers of a crash during an earlier save of this step
+    fs::create_directories(tmp);
+  }
+  barrier();
+}
+
+void CheckpointStore::remove_leftovers() const {
+  if (!fs::is_directory(dir_)) return;
+  std::vector<fs::path> stale;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 &&
+        parse_step_name(name.substr(0, name.size() - 4)))
+      stale.push_back(e.path());
+  }
+  for (const auto& p : stale) fs::remove_all(p);
+}
+
+void CheckpointStore::commit(int64_t step, const std::string& meta_json,
+                             const std::string& manifest,
+                             const std::function<void(const char*)>& at) const {
+  const std::string final_dir = dir_ + "/" + step_name(step);
+  const std::string tmp = tmp_dir(step);
+  json meta = json::parse(meta_json);
+  meta["version"] = kFormatVersion;
+  meta["files"] = files_table(manifest);
+  meta["meta_crc32"] = hex32(meta_self_crc(meta));
+  write_file_atomic(tmp + "/" + kMeta, meta.dump(2));
+  if (at) at("commit-rename");
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  fsync_dir(dir_);
+  if (at) at("commit-latest");
+  write_file_atomic(dir_ + "/LATEST", step_name(step) + "\n");
+  prune(step);
+}
+
 void CheckpointStore::save(int64_t step, const std::string& meta_json,
                            const std::map<std::string, std::string>& shared,
                            const std::map<std::string, std::string>& per_rank) {
-  const std::string final_dir = dir_ + "/" + step_name(step);
-  const std::string tmp_dir = final_dir + ".tmp";
+  const std::string tmp = tmp_dir(step);
   const std::string manifest = gather_manifest(
       rank_ == 0 ? manifest_lines(shared) + manifest_lines(per_rank) : manifest_lines(per_rank));
-  if (rank_ == 0) {
-    fs::create_directories(dir_);
-    fs::remove_all(tmp_dir);  // leftovers of a crash during an earlier save of this step
-    fs::create_directories(tmp_dir);
-  }
-  barrier();
-  if (rank_ == 0) {
+  prepare(step);
+  if (rank_ == 0)
     for (const auto& [name, bytes] : shared)
-      write_file_atomic(detail::concat(tmp_dir, "/", name), bytes);
-    json meta = json::parse(meta_json);
-    meta["version"] = kFormatVersion;
-    meta["files"] = files_table(manifest);
-    meta["meta_crc32"] = hex32(meta_self_crc(meta));
-    write_file_atomic(tmp_dir + "/" + kMeta, meta.dump(2));
-  }
+      write_file_atomic(detail::concat(tmp, "/", name), bytes);
   for (const auto& [name, bytes] : per_rank)
-    write_file_atomic(detail::concat(tmp_dir, "/", name), bytes);
+    write_file_atomic(detail::concat(tmp, "/", name), bytes);
   barrier();  // every rank's files are durable before the checkpoint becomes visible
-  if (rank_ == 0) {
-    fs::remove_all(final_dir);
-    fs::rename(tmp_dir, final_dir);
-    fsync_dir(dir_);
-    write_file_atomic(dir_ + "/LATEST", step_name(step) + "\n");
-    prune(step);
-  }
+  if (rank_ == 0) commit(step, meta_json, manifest);
   barrier();
 }
 

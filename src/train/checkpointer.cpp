@@ -18,13 +18,6 @@ using json = nlohmann::json;
 namespace lockstep::train {
 namespace {
 
-template <class T>
-std::string to_bytes(const T& obj) {
-  std::ostringstream os;
-  torch::save(obj, os);
-  return os.str();
-}
-
 bool debug_enabled() {
   const char* v = std::getenv(env::kDebug);
   return v && *v && std::string(v) != "0";
@@ -138,7 +131,18 @@ Checkpointer::Checkpointer(const TrainConfig& cfg, const RunContext& ctx, const 
       model_(std::move(model)),
       optimizer_(optimizer),
       fsdp_(fsdp),
-      store_(cfg.checkpoint.dir, ctx.group, cfg.checkpoint.keep) {}
+      store_(cfg.checkpoint.dir, ctx.group, cfg.checkpoint.keep),
+      writer_(std::make_unique<CheckpointWriter>(cfg.checkpoint.mode == "async")) {
+  // Saves create step-N.tmp/ without a barrier: crash leftovers go first (a step-N.tmp/
+  // of this run's own steps would otherwise mix its files with the new ones).
+  if (ctx_.rank == 0) store_.remove_leftovers();
+  ctx_.barrier();
+  if (!async()) return;
+  check_snapshot_supported(optimizer_);  // before training, not at the first save
+  if (fsdp_) fsdp_layout_ = std::make_unique<FsdpShardLayout>(read_fsdp_layout(*fsdp_));
+}
+
+Checkpointer::~Checkpointer() = default;  // writer_ first: it waits for its running job
 
 // Rank 0's list, so that every rank tries the same checkpoints in the same order.
 std::vector<std::string> Checkpointer::shared_candidates() const {
@@ -294,38 +298,6 @@ bool Checkpointer::due(int64_t step) const {
   const bool periodic = cfg_.checkpoint.every_steps > 0 && step % cfg_.checkpoint.every_steps == 0;
   const bool stop_now = cfg_.train.stop_after_steps > 0 && step == cfg_.train.stop_after_steps;
   return periodic || stop_now || step == plan_.total_steps;
-}
-
-void Checkpointer::save(int64_t step, double last_loss) {
-  json meta = {{"format", "lockstep-checkpoint"},
-               {"step", step},
-               {"epoch", step / plan_.steps_per_epoch},
-               {"examples_in_epoch", (step % plan_.steps_per_epoch) * plan_.per_step},
-               {"total_steps", plan_.total_steps},
-               {"world_size", ctx_.world},
-               {"strategy", cfg_.strategy.kind},
-               {"loss", last_loss},
-               {"config", json::parse(cfg_.json)}};
-  if (scaler_ != nullptr)  // the same on every rank: the scaler's decisions are the group's
-    meta["loss_scaler"] = {{"scale", scaler_->get_scale()},
-                           {"growth_tracker", scaler_->growth_tracker()}};
-  auto gen = at::detail::getDefaultCPUGenerator();
-  torch::Tensor rng;
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    rng = gen.get_state();
-  }
-  std::map<std::string, std::string> shared, per_rank;
-  per_rank["rng-rank-" + std::to_string(ctx_.rank) + ".pt"] = to_bytes(rng);
-  if (fsdp_)
-    per_rank[fsdp::FSDPCore::sharded_file_name(ctx_.rank)] = fsdp_->sharded_state(&optimizer_);
-  if (ctx_.rank == 0) {
-    if (!fsdp_) {
-      shared["model.pt"] = to_bytes(model_);
-      shared["optimizer.pt"] = to_bytes(optimizer_);
-    }
-  }
-  store_.save(step, ctx_.rank == 0 ? meta.dump() : std::string(), shared, per_rank);
 }
 
 }  // namespace lockstep::train

@@ -4,13 +4,24 @@
 // FSDPCore::sharded_file_name(rank) instead of rank 0's model.pt and optimizer.pt (the
 // loader reshards them). A run may resume on another world size under either strategy.
 // Files are written atomically and verified on load by CheckpointStore.
+//
+// checkpoint.mode = "async" (the default): a save copies the state into host staging
+// buffers reused by every save and returns; one background thread (CheckpointWriter)
+// serializes, checksums, writes and fsyncs the files; a later step, once every rank's
+// files are durable, commits the checkpoint (rank 0's rename and LATEST, in the
+// background too). At most one save is in flight: the next one waits for it. Every
+// collective a save needs runs in the step, on every rank in the same order
+// (docs/checkpoints.md, "Asynchronous saves"). "sync" runs the same work in the step.
 #pragma once
 
 #include "train/batch_plan.h"
+#include "train/checkpoint_staging.h"
+#include "train/checkpoint_writer.h"
 
 #include <lockstep/numerics/grad_scaler.h>
 #include <lockstep/parallel/fsdp/core.h>
 
+#include <lockstep/train/atomic_file.h>
 #include <lockstep/train/checkpoint_store.h>
 #include <lockstep/train/config.h>
 #include <lockstep/train/workload.h>
@@ -18,6 +29,9 @@
 #include <torch/torch.h>
 #include <nlohmann/json_fwd.hpp>
 
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,10 +44,15 @@ int64_t restart_count_from_env();
 
 class Checkpointer {
  public:
+  // Collective (a barrier after rank 0 removed crash leftovers, step-N.tmp/).
   // `fsdp`: the model's FSDP core when strategy.kind = "fsdp" (sharded files), else null.
   Checkpointer(const TrainConfig& cfg, const RunContext& ctx, const BatchPlan& plan,
                std::shared_ptr<torch::nn::Module> model, torch::optim::Optimizer& optimizer,
                fsdp::FSDPCore* fsdp);
+  // Not collective (an error path may have lost the group): waits for this rank's running
+  // background job and stops the writer. A save whose files were not committed stays in
+  // step-N.tmp/ (resume ignores it; the next save of that step clears it).
+  ~Checkpointer();
 
   // Collective. Loads the newest intact checkpoint into the model, optimizer and this
   // rank's RNG; returns the step to start at (0 when there is none). A damaged checkpoint
@@ -47,13 +66,55 @@ class Checkpointer {
   // Whether `step` gets a checkpoint: every checkpoint.every_steps, the last step, or
   // when the run stops there (train.stop_after_steps).
   bool due(int64_t step) const;
-  // Collective.
+  // Collective, once after every optimizer step (the same steps on every rank): commits
+  // the in-flight save once every rank's files are durable (one allreduce of 3 integers
+  // per step while a save is in flight, none otherwise), then save()s when due(step).
+  // Throws Error on every rank when a rank's background write failed.
+  void after_step(int64_t step, double last_loss);
+  // Collective. Waits for the in-flight save, if any (the previous one: at most one is in
+  // flight), then writes this one: async, stages the state and returns once the
+  // background writer has it; sync, returns once the checkpoint is committed.
   void save(int64_t step, double last_loss);
+  // Collective: waits for the in-flight save and commits it (the end of training, or a
+  // stop); throws Error on every rank when a rank's write or rank 0's commit failed.
+  void finish();
+  bool async() const { return writer_->background(); }
+  // Whether a save is in flight (written or committing; until the next save or finish()).
+  // Under async, rank 0's commit runs in the background: this rank's view, not collective.
+  bool in_flight() const {
+    return in_flight_ &&
+           (!in_flight_->committing || writer_->state() == CheckpointWriter::State::kBusy);
+  }
+  // The staging buffers (tests check that saves reuse them; the benchmark reports bytes).
+  const HostStaging& staging() const { return staging_; }
+  // Seconds the last save() spent taking its snapshot (async: the staging copy), for the
+  // benchmark's breakdown of the time the step is blocked.
+  double last_snapshot_s() const { return last_snapshot_s_; }
   // The loss scaler whose scale and growth tracker go into meta.json and come back on
   // resume (precision.loss_scaling = "dynamic"); null: none.
   void set_scaler(amp::GradScaler* scaler) { scaler_ = scaler; }
 
  private:
+  // One file of a save: its name and what writes its bytes.
+  struct PendingFile {
+    std::string name;
+    std::function<void(AtomicFileWriter&)> write;
+  };
+  // The save in flight: written (files being written, then durable) or committing.
+  struct InFlight {
+    int64_t step = 0;
+    std::string meta;  // rank 0's meta.json, without the files table
+    bool committing = false;
+  };
+  std::string meta_json(int64_t step, double last_loss) const;
+  std::vector<PendingFile> live_files() const;
+  std::vector<PendingFile> staged_files();
+  void write_files(int64_t step, const std::vector<PendingFile>& files);
+  void poll();
+  void settle();
+  void commit_in_flight();
+  void agree_ok(bool done_everywhere);
+
   std::vector<std::string> shared_candidates() const;
   int64_t load(const std::string& dir);
   void check_compatible(const std::string& dir, const nlohmann::json& meta) const;
@@ -68,7 +129,13 @@ class Checkpointer {
   fsdp::FSDPCore* fsdp_;
   amp::GradScaler* scaler_ = nullptr;
   CheckpointStore store_;
-  std::string resumed_note_;  // load()'s line for the log, said once every rank succeeded
+  std::string resumed_note_;           // load()'s line for the log, said once every rank succeeded
+  std::optional<InFlight> in_flight_;  // the same on every rank
+  std::string manifest_;               // this rank's lines, set by the write job
+  HostStaging staging_;
+  double last_snapshot_s_ = 0;
+  std::unique_ptr<FsdpShardLayout> fsdp_layout_;  // async FSDP: read once
+  std::unique_ptr<CheckpointWriter> writer_;      // last: stopped first, before what it uses
 };
 
 }  // namespace lockstep::train

@@ -144,6 +144,7 @@ void declare_trainer_keys(ConfigSchema& s, TrainConfig& c,
   s.i64("checkpoint.every_steps", c.checkpoint.every_steps, 0);
   s.i64("checkpoint.keep", c.checkpoint.keep, 1);
   s.str("checkpoint.dir", c.checkpoint.dir);
+  s.one_of("checkpoint.mode", c.checkpoint.mode, {"async", "sync"});
   s.i64("log.every_steps", c.log.every_steps, 1);
   s.boolean("log.progress", c.log.progress);
   s.boolean("log.tensorboard", c.log.tensorboard);

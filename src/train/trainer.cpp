@@ -167,13 +167,14 @@ LoopResult Trainer::Impl::train_loop(StepRunner& runner, Checkpointer& checkpoin
     const double dt = now_s() - t0;
     ++r.step;
     log.record(r.step, epoch, r.last_loss, lr, dt);
-    if (checkpointer.due(r.step)) checkpointer.save(r.step, r.last_loss);
+    checkpointer.after_step(r.step, r.last_loss);  // commits a finished save; saves when due
     const bool stop_now = cfg.train.stop_after_steps > 0 && r.step == cfg.train.stop_after_steps;
     if (stop_now && r.step < plan.total_steps) {
       r.stopped = true;
       break;
     }
   }
+  checkpointer.finish();  // the last save (asynchronous: still being written) is committed
   log.finish();
   return r;
 }

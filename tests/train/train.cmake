@@ -38,6 +38,11 @@ add_test(NAME train_fsdp COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/fsdp_tes
 # Checkpoint integrity: a flipped byte and a truncation of every kind of checkpoint file
 # (DDP and FSDP) are named, and resume falls back to the previous checkpoint.
 add_test(NAME train_integrity COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/integrity_test.sh ${TRAIN_TEST_ARGS})
+# Asynchronous checkpoints: async == sync files; a rank killed during the background write
+# or the commit leaves the previous checkpoint, and resume follows the uninterrupted run.
+add_test(NAME train_async_ckpt
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/async_ckpt_test.sh ${TRAIN_TEST_ARGS})
+set_tests_properties(train_async_ckpt PROPERTIES LABELS "train;multiprocess" TIMEOUT 600)
 # lockstep-run --max-restarts 1 with rank 1 killed mid-epoch == an uninterrupted run.
 add_test(NAME train_restart COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/restart_test.sh ${TRAIN_TEST_ARGS})
 # Config and command-line refusals, data-generation estimate, missing shard.

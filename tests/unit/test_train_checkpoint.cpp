@@ -3,6 +3,7 @@
 // truncated file, legacy checkpoints without checksums, the order resume tries
 // checkpoints in, rotation, and the restart count the launcher exports.
 #include "train/checkpointer.h"
+#include "train/precision_support.h"
 
 #include <lockstep/env_contract.h>
 #include <lockstep/launch/options.h>
@@ -13,9 +14,11 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 using namespace lockstep::train;
 namespace fs = std::filesystem;
@@ -196,6 +199,187 @@ TEST(RestartCount, LauncherEnvironmentReadsBack) {
     EXPECT_NE(std::string(e.what()).find("LOCKSTEP_RESTART_COUNT='x1'"), std::string::npos);
   }
   unsetenv(lockstep::env::kRestartCount);
+}
+
+// ---------------------------------------------------------------------------------------
+// Asynchronous saves (Checkpointer, checkpoint.mode): the files equal the synchronous
+// save's byte for byte, the staging buffers are reused, a second save waits for the first,
+// resume is bit-exact, a failed background write is reported.
+
+// A small model with parameters, buffers (BatchNorm) and a child tree, its optimizer and
+// the trainer's context for one process.
+struct Rig {
+  TrainConfig cfg;
+  RunContext ctx;
+  BatchPlan plan;
+  torch::nn::Sequential net;
+  std::unique_ptr<torch::optim::Optimizer> opt;
+
+  Rig(const std::string& dir, const std::string& mode, const std::string& optimizer) {
+    cfg.json = R"({"test": true})";
+    cfg.checkpoint.dir = dir;
+    cfg.checkpoint.mode = mode;
+    cfg.checkpoint.keep = 3;
+    cfg.optim.name = optimizer;
+    cfg.optim.kahan_summation = true;
+    cfg.optim.compensation_dtype = "bfloat16";
+    ctx.config = &cfg;
+    plan.steps_per_epoch = 10;
+    plan.total_steps = 100;
+    plan.per_step = 4;
+    torch::manual_seed(3);
+    net = torch::nn::Sequential(torch::nn::Linear(8, 16), torch::nn::BatchNorm1d(16),
+                                torch::nn::ReLU(), torch::nn::Linear(16, 4));
+    opt = make_optimizer(cfg.optim, net->parameters());
+  }
+  // One optimizer step on inputs that depend on the step only.
+  void train(int64_t step) {
+    torch::manual_seed(uint64_t(100 + step));
+    const auto x = torch::randn({6, 8});
+    opt->zero_grad();
+    net->forward(x).pow(2).mean().backward();
+    opt->step();
+  }
+  std::unique_ptr<Checkpointer> checkpointer() {
+    return std::make_unique<Checkpointer>(cfg, ctx, plan, net.ptr(), *opt, nullptr);
+  }
+};
+
+std::vector<std::string> files_of(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The largest absolute difference over the model's parameters and buffers.
+double max_diff(torch::nn::Module& a, torch::nn::Module& b) {
+  const auto pa = a.named_parameters(), pb = b.named_parameters();
+  const auto ba = a.named_buffers(), bb = b.named_buffers();
+  double d = 0;
+  for (const auto& p : pa) d = std::max(d, (p.value() - pb[p.key()]).abs().max().item<double>());
+  for (const auto& p : ba)
+    d = std::max(d, (p.value().to(torch::kFloat64) - bb[p.key()].to(torch::kFloat64))
+                        .abs()
+                        .max()
+                        .item<double>());
+  return d;
+}
+
+class AsyncCheckpointTest : public CheckpointTest,
+                            public ::testing::WithParamInterface<std::string> {};
+
+// Every file of the async save equals the sync save's, meta.json included, for every
+// optimizer the trainer has (AnyPrecisionAdamW with its Kahan compensation buffer).
+TEST_P(AsyncCheckpointTest, FilesEqualTheSynchronousSave) {
+  Rig rig(dir_ + "/sync", "sync", GetParam());
+  for (int64_t s = 1; s <= 3; ++s) rig.train(s);
+  rig.checkpointer()->save(3, 0.5);  // sync: committed on return
+  rig.cfg.checkpoint.dir = dir_ + "/async";
+  rig.cfg.checkpoint.mode = "async";
+  {
+    auto ck = rig.checkpointer();
+    ck->save(3, 0.5);
+    ck->finish();
+  }
+  const std::string a = dir_ + "/sync/step-00000003", b = dir_ + "/async/step-00000003";
+  ASSERT_EQ(files_of(a), files_of(b));
+  for (const auto& f : files_of(a)) {
+    const std::string x = read_file(a + "/" + f), y = read_file(b + "/" + f);
+    EXPECT_EQ(x.size(), y.size()) << f;
+    EXPECT_TRUE(x == y) << f << " differs between the sync and the async save";
+    std::cout << "  " << f << ": " << x.size() << " bytes, identical: " << (x == y) << "\n";
+  }
+  EXPECT_EQ(read_file(dir_ + "/async/LATEST"), "step-00000003\n");
+}
+
+// The second save copies into the buffers the first allocated (same addresses, same bytes).
+TEST_P(AsyncCheckpointTest, StagingBuffersAreReused) {
+  Rig rig(dir_, "async", GetParam());
+  rig.train(1);
+  auto ck = rig.checkpointer();
+  ck->save(1, 0.5);
+  const auto first = ck->staging().buffers();
+  const int64_t bytes = ck->staging().bytes();
+  rig.train(2);
+  ck->save(2, 0.5);
+  EXPECT_EQ(ck->staging().buffers(), first);
+  EXPECT_EQ(ck->staging().bytes(), bytes);
+  EXPECT_GT(bytes, 0);
+  std::cout << "  " << first.size() << " staging buffers, " << bytes << " bytes, reused\n";
+  ck->finish();
+}
+
+// Resuming from an async checkpoint restores the model and the optimizer exactly: the
+// resumed run's next steps equal the uninterrupted run's (max difference 0).
+TEST_P(AsyncCheckpointTest, ResumeIsBitExact) {
+  Rig a(dir_, "async", GetParam());
+  {
+    auto ck = a.checkpointer();
+    for (int64_t s = 1; s <= 3; ++s) {
+      a.train(s);
+      ck->after_step(s, 0.5);  // every_steps = 100: saves nothing
+    }
+    ck->save(3, 0.5);
+    a.train(4);  // changes the live state while the save may still be in flight
+    ck->finish();
+  }
+  a.train(5);
+  Rig b(dir_, "async", GetParam());
+  EXPECT_GT(max_diff(*a.net, *b.net), 0);
+  EXPECT_EQ(b.checkpointer()->resume(), 3);
+  for (int64_t s = 4; s <= 5; ++s) b.train(s);
+  const double d = max_diff(*a.net, *b.net);
+  std::cout << "  resumed at step 3, after 2 more steps: max |difference| " << d << "\n";
+  EXPECT_EQ(d, 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, AsyncCheckpointTest,
+                         ::testing::Values("sgd", "adamw", "anyprecision_adamw"));
+
+// A save while one is in flight waits for it and commits it first: with the writer held
+// back (test-only pause), save(2) returns with step 1 committed; finish() commits step 2.
+TEST_F(CheckpointTest, SecondSaveWaitsForTheFirst) {
+  setenv(kTestCheckpointPauseMs, "200", 1);
+  Rig rig(dir_, "async", "adamw");
+  auto ck = rig.checkpointer();
+  unsetenv(kTestCheckpointPauseMs);
+  rig.train(1);
+  ck->save(1, 0.5);
+  rig.train(2);
+  ck->save(2, 0.5);
+  EXPECT_EQ(read_file(dir_ + "/LATEST"), "step-00000001\n");
+  EXPECT_NO_THROW(CheckpointReader(step_dir(1)).read("model.pt"));
+  EXPECT_FALSE(fs::exists(step_dir(2)));
+  ck->finish();
+  EXPECT_EQ(read_file(dir_ + "/LATEST"), "step-00000002\n");
+  for (int64_t s : {1, 2})
+    for (const char* f : {"model.pt", "optimizer.pt", "rng-rank-0.pt"})
+      EXPECT_NO_THROW(CheckpointReader(step_dir(s)).read(f)) << s << " " << f;
+}
+
+// A background write that fails (a file where its directory belongs) is raised by
+// finish(), naming the rank and the cause; the previous checkpoint stays the one LATEST
+// names.
+TEST_F(CheckpointTest, FailedBackgroundWriteIsReported) {
+  Rig rig(dir_, "async", "adamw");
+  auto ck = rig.checkpointer();
+  rig.train(1);
+  ck->save(1, 0.5);
+  ck->finish();
+  std::ofstream(dir_ + "/step-00000002.tmp") << "in the way";
+  ck->save(2, 0.5);
+  try {
+    ck->finish();
+    ADD_FAILURE() << "expected an Error";
+  } catch (const lockstep::Error& e) {
+    const std::string m = e.what();
+    std::cout << "  " << m << "\n";
+    EXPECT_NE(m.find("checkpoint of step 2: writing it failed on rank 0"), std::string::npos);
+    EXPECT_NE(m.find("cannot create the checkpoint directory"), std::string::npos);
+  }
+  EXPECT_EQ(read_file(dir_ + "/LATEST"), "step-00000001\n");
+  ck->finish();  // nothing in flight any more
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // lockstep/train/atomic_file.h: crash-safe file replacement.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace lockstep::train {
@@ -12,5 +14,33 @@ void write_file_atomic(const std::string& path, const std::string& bytes);
 // fsync a directory (makes renames inside it durable).
 void fsync_dir(const std::string& dir);
 std::string read_file(const std::string& path);
+
+// write_file_atomic for bytes produced piece by piece (a torch archive streamed by
+// OutputArchive::save_to): append() buffers and writes `path.tmp` while it keeps the
+// CRC-32 (zlib's) and the size of what was appended; commit() fsyncs, renames over `path`
+// and fsyncs the directory. Destroyed without commit() (an exception, a crash), `path` is
+// untouched and `path.tmp` is removed. Not thread-safe; one writer per file. Errors are
+// lockstep::Error naming the file and the system's reason.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(std::string path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void append(const void* data, size_t n);
+  void commit();
+  uint32_t crc32() const { return crc_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  void flush();
+  void write_all(const char* p, size_t n);
+  std::string path_, tmp_;
+  int fd_ = -1;
+  std::string buf_;  // small pieces (archive headers) gathered into large writes
+  uint32_t crc_ = 0;
+  int64_t bytes_ = 0;
+};
 
 }  // namespace lockstep::train

@@ -20,6 +20,7 @@
 #include <lockstep/error.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -82,6 +83,30 @@ class CheckpointStore {
   void save(int64_t step, const std::string& meta_json,
             const std::map<std::string, std::string>& shared,
             const std::map<std::string, std::string>& per_rank);
+
+  // save() in phases, for writers that produce the files elsewhere (Checkpointer's
+  // background writer, docs/checkpoints.md "Asynchronous saves"):
+  // Collective: rank 0 empties and creates tmp_dir(step) (leftovers of a crash), then a
+  // barrier, so every rank may write into it.
+  void prepare(int64_t step) const;
+  std::string tmp_dir(int64_t step) const { return dir_ + "/" + step_name(step) + ".tmp"; }
+  // Not collective (rank 0, before any rank writes): removes every step-N.tmp/ that a crash
+  // left behind, so that writers may create tmp_dir(step) themselves without a barrier.
+  void remove_leftovers() const;
+  // Collective: every rank's manifest lines (manifest_line) concatenated in rank order, on
+  // every rank. Called once every rank's files are durable, it is also the barrier before
+  // the commit.
+  std::string gather_manifest(const std::string& mine) const;
+  // "name<TAB>crc32<TAB>bytes<LF>": one file's line of a rank's manifest.
+  static std::string manifest_line(const std::string& name, uint32_t crc32, int64_t bytes);
+  // Rank 0, not collective: writes meta.json (`meta_json` plus the files table of
+  // `manifest`, every rank's) into tmp_dir(step), renames it into place, replaces LATEST
+  // and rotates. Every rank's files must be durable in tmp_dir(step) already. `at`, if
+  // set, is called at "commit-rename" (meta.json written) and "commit-latest" (renamed,
+  // LATEST not yet replaced): the crash tests' hook.
+  void commit(int64_t step, const std::string& meta_json, const std::string& manifest,
+              const std::function<void(const char*)>& at = nullptr) const;
+
   // The directory LATEST names, if any (not checked further).
   std::optional<std::string> latest() const;
   // Checkpoint directories to try when resuming, best first: the one LATEST names, then
@@ -95,7 +120,6 @@ class CheckpointStore {
   static std::optional<int64_t> parse_step_name(const std::string& name);
 
  private:
-  std::string gather_manifest(const std::string& mine) const;
   void prune(int64_t saved_step) const;
   void barrier() const;
   std::vector<int64_t> complete_steps() const;

@@ -114,6 +114,10 @@ struct CheckpointConfig {
   int64_t every_steps = 100;  // 0 = only at the end
   int64_t keep = 2;
   std::string dir;  // default: <run.out_dir>/checkpoints
+  // "async": the step copies the state to host memory and a background thread writes it
+  // (the step is blocked for the copy only); "sync": the step writes and commits it.
+  // The same files either way (docs/checkpoints.md, "Asynchronous saves").
+  std::string mode = "async";
 };
 
 struct LogConfig {
