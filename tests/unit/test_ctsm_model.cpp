@@ -118,7 +118,7 @@ TEST(Ctsm, GapIsMeasuredToThePreviousShipment) {
 TEST(Ctsm, LayersAreFsdpUnitsUnderTheirOwnNames) {
   Ctsm m = tiny();
   const auto names = m->named_parameters().keys();
-  CtsmLayer plain(CtsmLayerOptions{16, 2, 32, 0.0});
+  CtsmLayer plain(CtsmLayerOptions{16, 2, 32, 0.0, {}});
   for (const auto& n : plain->named_parameters().keys())
     for (const char* layer : {"layers.0.", "layers.1."})
       EXPECT_NE(std::find(names.begin(), names.end(), layer + n), names.end()) << layer + n;
@@ -138,7 +138,7 @@ TEST(Ctsm, LayersAreFsdpUnitsUnderTheirOwnNames) {
     EXPECT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size() && i < b.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i]));
   };
-  const CtsmLayerOptions o{16, 2, 32, 0.0};
+  const CtsmLayerOptions o{16, 2, 32, 0.0, {}};
   torch::manual_seed(1);
   torch::nn::ModuleList unwrapped{CtsmLayer(o)};
   torch::manual_seed(2);
