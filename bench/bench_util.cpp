@@ -121,16 +121,6 @@ std::vector<std::string> split_csv(const std::string& csv) {
   return out;
 }
 
-double memcpy_gbps(int64_t bytes) {
-  std::unique_ptr<char[]> a(new char[bytes]), b(new char[bytes]);
-  std::memset(a.get(), 1, bytes);
-  std::memset(b.get(), 2, bytes);
-  std::vector<double> t =
-      time_runs([&] { std::memcpy(b.get(), a.get(), bytes); }, nullptr,
-                {.warmup = 1, .min_iters = 5, .max_iters = 20, .min_seconds = 0.5});
-  return bytes / median(t) / 1e9;
-}
-
 std::string Table::str() const {
   std::vector<size_t> w;
   for (const auto& r : rows_)

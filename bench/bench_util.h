@@ -59,9 +59,6 @@ std::vector<int64_t> parse_sizes(const std::string& csv);
 // "a,b,,c" -> {"a", "b", "c"}.
 std::vector<std::string> split_csv(const std::string& csv);
 
-// Single-core memcpy bandwidth in GB/s over `bytes` (the roofline for shared-memory copies).
-double memcpy_gbps(int64_t bytes);
-
 // A fixed-width text table.
 class Table {
  public:
