@@ -1,6 +1,7 @@
 #include "collectives_roofline.h"
 
 #include "bench_util.h"
+#include "comm/reduce_kernels.h"  // copy_streaming: the non-temporal copy shm uses
 
 #include <ATen/ATen.h>
 
@@ -8,37 +9,12 @@
 #include <cstring>
 #include <utility>
 #include <vector>
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 
 namespace lockstep::bench {
 namespace {
 
 // Fewer runs than the collectives: the kernels are simple and the same on every rank.
 constexpr RunCount kStreamRuns{.warmup = 1, .min_iters = 5, .max_iters = 30, .min_seconds = 0.15};
-
-// b = a with non-temporal stores (no read for ownership of b's lines). Both 64-byte
-// aligned (at::empty's allocations are), n a multiple of 64 bytes; the rest plainly.
-void copy_nt(char* b, const char* a, int64_t n) {
-#if defined(__x86_64__)
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    const __m128i x0 = _mm_load_si128(reinterpret_cast<const __m128i*>(a + i));
-    const __m128i x1 = _mm_load_si128(reinterpret_cast<const __m128i*>(a + i + 16));
-    const __m128i x2 = _mm_load_si128(reinterpret_cast<const __m128i*>(a + i + 32));
-    const __m128i x3 = _mm_load_si128(reinterpret_cast<const __m128i*>(a + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(b + i), x0);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(b + i + 16), x1);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(b + i + 32), x2);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(b + i + 48), x3);
-  }
-  std::memcpy(b + i, a + i, n - i);
-  _mm_sfence();
-#else
-  std::memcpy(b, a, n);
-#endif
-}
 
 void add_into(float* __restrict a, const float* __restrict b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a[i] += b[i];
@@ -61,7 +37,7 @@ StreamResult measure_stream(comm::ProcessGroup& control, int64_t bytes) {
   char* pb = static_cast<char*>(b.data_ptr());
   const double nb = n * 4.0;
   const auto memcpy_t = slowest(control, [&] { std::memcpy(pb, pa, n * 4); });
-  const auto nt_t = slowest(control, [&] { copy_nt(pb, pa, n * 4); });
+  const auto nt_t = slowest(control, [&] { comm::copy_streaming(pb, pa, n * 4); });
   // a += b with b = 1e-30: a stays ~1, no overflow or denormals over the runs
   b.fill_(1e-30f);
   const auto rmw_t =
