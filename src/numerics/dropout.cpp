@@ -6,6 +6,7 @@
 #include "checkpoint_draws.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 namespace lockstep {
 
@@ -19,7 +20,9 @@ torch::Tensor dropout(const torch::Tensor& x, double p, bool train) {
   at::Tensor noise;
   const at::Tensor mask = detail::kept_draw(x.sizes(), [&] {
     noise = at::empty_like(x, at::MemoryFormat::Contiguous);
-    noise.bernoulli_(1 - p);
+    // The default CPU generator named (what bernoulli_ uses when given none): the
+    // defaulted optional trips GCC's -Wmaybe-uninitialized under the sanitizer build.
+    noise.bernoulli_(1 - p, at::detail::getDefaultCPUGenerator());
     return noise.to(at::kBool);
   });
   if (!noise.defined()) noise = mask.to(x.scalar_type());  // replayed: 0 and 1 exactly
