@@ -3,7 +3,7 @@
 #include <lockstep/env_contract.h>
 #include <lockstep/error.h>
 
-#include "comm/backends/factories.h"
+#include "comm/backend_factories.h"
 #include "comm/backends/hier/hier_backend.h"
 #include "comm/blas_check.h"
 #include "comm/store_channel.h"
@@ -507,7 +507,7 @@ ProcessGroupOptions with_side_store(ProcessGroupOptions pgo, const std::string& 
 }
 
 // Under mpirun (any backend but mpi): the store whose address MPI carries
-// (mpi_bootstrap_store, factories.h) instead of MASTER_ADDR/MASTER_PORT; fills e's.
+// (mpi_bootstrap_store, backend_factories.h) instead of MASTER_ADDR/MASTER_PORT; fills e's.
 bool bootstraps_through_mpi(const LaunchEnv& e) {
   return e.launcher == "mpirun" && e.world_size > 1 && mpi_available();
 }
