@@ -1,8 +1,8 @@
 # `make package` (cpack -G DEB): lockstep_<version>_<arch>.deb for Debian 12, installing
 # under /usr what `cmake --install` installs (cmake/Install.cmake). Its Depends: the
 # -dev packages a user's build needs (the headers and find_package(lockstep) name
-# libtorch, MPI and the static layers' private dependencies) plus what dpkg-shlibdeps
-# finds for lockstep-run and lockstep-train. Only a build against Debian's libtorch makes
+# libtorch, MPI and the static layers' private dependencies: zlib, libcrypto, toml++,
+# json) plus what dpkg-shlibdeps finds for lockstep-run and lockstep-train. Only a build against Debian's libtorch makes
 # a package that installs: a pip/zip libtorch is not a Debian package to depend on.
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME lockstep)
@@ -31,7 +31,7 @@ if(LOCKSTEP_HAVE_MPI)
   list(APPEND _deb_depends libopenmpi-dev)
 endif()
 if(NOT BUILD_SHARED_LIBS)
-  list(APPEND _deb_depends zlib1g-dev libtomlplusplus-dev nlohmann-json3-dev)
+  list(APPEND _deb_depends zlib1g-dev libssl-dev libtomlplusplus-dev nlohmann-json3-dev)
 endif()
 list(JOIN _deb_depends ", " CPACK_DEBIAN_PACKAGE_DEPENDS)
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "cmake, pkg-config, openmpi-bin")

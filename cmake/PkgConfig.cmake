@@ -35,7 +35,7 @@ endif()
 # Static layers: their private dependencies go on the user's link line too.
 set(_pc_static_libs)
 if(NOT BUILD_SHARED_LIBS)
-  list(APPEND _pc_requires zlib tomlplusplus)
+  list(APPEND _pc_requires zlib libcrypto tomlplusplus)
   set(_pc_static_libs " -lrt")
 endif()
 list(JOIN _pc_requires ", " _pc_requires)

@@ -19,6 +19,7 @@ pkgs=(
   libopenmpi-dev openmpi-bin
   libgtest-dev
   zlib1g-dev            # lockstep_data inflates the gzip'd Fashion-MNIST idx files
+  libssl-dev            # OpenSSL's libcrypto: HMAC-SHA256 proofs of the rendezvous token
   libcli11-dev nlohmann-json3-dev libtomlplusplus-dev
   dataset-fashion-mnist # real data for the demo and the accuracy tests
   iproute2              # ip netns / tc for the thin-link benchmarks

@@ -3,10 +3,18 @@
 
 Data flows down: a file may include headers of its own layer and of the layers it
 lists below, never of a layer above it or beside it, and library code never includes a
-workload. Programs (apps/, bench/, examples/, tests/) may include anything.
+workload. Programs (apps/, bench/, examples/, tests/) may include anything. Two more
+rules keep comm's backends and the Python extension apart from what is not theirs:
 
-  scripts/layers.py            check the tree; exit 1 naming each offending include
-  scripts/layers.py --table    print the rule
+  - a file in a backend folder (src/comm/backends/<b>/) includes, of comm's private
+    headers, those of comm's root (src/comm/*.h) and of its own folder only: what two
+    backends share lives in comm's root, never inside one backend's folder;
+  - python/ (the torch.distributed extension) includes lockstep's public headers
+    (<lockstep/...>) only, never a layer's private header under src/ or a workload.
+
+  scripts/layers.py              check the tree; exit 1 naming each offending include
+  scripts/layers.py --root DIR   check the tree at DIR instead (the check's own test)
+  scripts/layers.py --table      print the rule
 """
 import pathlib
 import re
@@ -29,6 +37,8 @@ LAYERS = {
                  "models", "base"],
 }
 LIBRARY_ROOTS = ("src", "include/lockstep")
+BACKENDS_DIR = ("src", "comm", "backends")  # one folder per backend below it
+PYTHON_ROOT = "python"
 SOURCE_SUFFIXES = {".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 
@@ -61,14 +71,66 @@ def layer_of_include(name: str, workload_dirs):
     return None
 
 
+def includes(path: pathlib.Path):
+    """Every #include of `path`: (line number, the name it includes)."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    for m in INCLUDE.finditer(text):
+        yield text.count("\n", 0, m.start()) + 1, m.group(1)
+
+
+def sources(root: pathlib.Path, top: str):
+    for path in sorted((root / top).rglob("*")):
+        if path.suffix in SOURCE_SUFFIXES and path.is_file():
+            yield path, pathlib.PurePosixPath(path.relative_to(root).as_posix())
+
+
+def check_backends(root: pathlib.Path):
+    """A backend folder includes comm's root and itself only, of comm's private headers."""
+    problems = []
+    for path, rel in sources(root, "/".join(BACKENDS_DIR)):
+        if len(rel.parts) < 5:  # a file directly in src/comm/backends/: no backend's own
+            continue
+        own = rel.parts[3]
+        for line, name in includes(path):
+            parts = name.split("/")
+            if parts[0] != "comm" or len(parts) == 2:  # not comm's, or comm's root
+                continue
+            if parts[1:3] == ["backends", own] and len(parts) > 3:
+                continue
+            problems.append(f"{rel}:{line}: includes \"{name}\": a file of backend '{own}' may "
+                            f"include comm's root (comm/*.h) and comm/backends/{own}/ only; "
+                            f"move what backends share to src/comm/")
+    return problems
+
+
+def check_python(root: pathlib.Path, workload_dirs):
+    """python/ uses lockstep's public headers only."""
+    private = {p.name for p in (root / "src").iterdir() if p.is_dir()} if (root / "src").is_dir() \
+        else set(LAYERS)
+    problems = []
+    for path, rel in sources(root, PYTHON_ROOT):
+        for line, name in includes(path):
+            first = name.split("/")[0]
+            if "/" in name and (first in private or first in workload_dirs):
+                problems.append(f"{rel}:{line}: includes \"{name}\", a private header: python/ "
+                                f"may include lockstep's public headers (<lockstep/...>) only; "
+                                f"give it a public entry point in include/lockstep/")
+    return problems
+
+
 def check(root: pathlib.Path):
     workload_dirs = {p.name for p in root.glob("workloads/*/include/*") if p.is_dir()}
+    problems = check_layers(root, workload_dirs)
+    problems += check_backends(root)
+    problems += check_python(root, workload_dirs)
+    return problems
+
+
+def check_layers(root: pathlib.Path, workload_dirs):
+    """No file includes a layer above its own or beside it, and library code no workload."""
     problems = []
     for top in list(LIBRARY_ROOTS) + ["workloads"]:
-        for path in sorted((root / top).rglob("*")):
-            if path.suffix not in SOURCE_SUFFIXES:
-                continue
-            rel = pathlib.PurePosixPath(path.relative_to(root).as_posix())
+        for path, rel in sources(root, top):
             layer = layer_of_path(rel)
             if layer is None:
                 continue
@@ -78,23 +140,29 @@ def check(root: pathlib.Path):
             allowed = {layer} | set(LAYERS.get(layer, LAYERS))
             if layer == "lockstep":
                 allowed = set(LAYERS) - {"workload"}
-            text = path.read_text(encoding="utf-8", errors="replace")
-            for m in INCLUDE.finditer(text):
-                target = layer_of_include(m.group(1), workload_dirs)
+            for line, name in includes(path):
+                target = layer_of_include(name, workload_dirs)
                 if target is None or target in allowed:
                     continue
-                line = text.count("\n", 0, m.start()) + 1
                 why = ("library code must not include a workload" if target == "workload"
                        else f"layer '{layer}' may include only {sorted(allowed)}")
-                problems.append(f"{rel}:{line}: includes <{m.group(1)}> of layer '{target}': {why}")
+                problems.append(f"{rel}:{line}: includes <{name}> of layer '{target}': {why}")
     return problems
 
 
 def main(argv):
     root = pathlib.Path(__file__).resolve().parent.parent
+    if "--root" in argv:
+        i = argv.index("--root")
+        if i + 1 >= len(argv):
+            print("layers.py: --root needs a directory (the top of a lockstep tree)")
+            return 2
+        root = pathlib.Path(argv[i + 1])
     if "--table" in argv:
         for layer, below in LAYERS.items():
             print(f"{layer:10} -> {', '.join(below) or '(nothing)'}")
+        print(f"{'backend':10} -> comm's root and its own folder (src/comm/backends/<b>/)")
+        print(f"{'python':10} -> public headers (include/lockstep/) only")
         return 0
     problems = check(root)
     for p in problems:

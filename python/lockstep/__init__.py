@@ -16,6 +16,7 @@ import socket
 
 import torch
 import torch.distributed as dist
+from torch.distributed.constants import default_pg_timeout
 
 try:
     from . import _C
@@ -30,6 +31,7 @@ __all__ = ["BACKEND", "TRANSPORTS", "compression", "compression_options", "trans
 BACKEND = "lockstep"
 TRANSPORTS = ("auto", "shm", "gloo")
 _ENV_TRANSPORT = "LOCKSTEP_BACKEND"
+_ENV_TIMEOUT = "LOCKSTEP_TIMEOUT_S"
 
 
 def _requested_transport():
@@ -68,6 +70,8 @@ def _create(store, rank, size, timeout):
         timeout_s = timeout.total_seconds()
     else:
         timeout_s = float(timeout) if timeout is not None else 300.0
+    if os.environ.get(_ENV_TIMEOUT) and (timeout is None or timeout == default_pg_timeout):
+        timeout_s = 0.0  # torch's default, not the program's: LOCKSTEP_TIMEOUT_S applies
     transport = transport_for(store, rank, size)
     backend = _C._create(store, rank, size, timeout_s, transport)
     _live.append(backend)

@@ -4,9 +4,8 @@
 #include <Python.h>
 
 #include <lockstep/comm/launch_env.h>
+#include <lockstep/comm/make_group.h>
 #include <lockstep/error.h>
-
-#include "comm/backends/factories.h"  // internal: the shm/gloo factories take any c10d::Store
 
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -92,17 +91,16 @@ LockstepBackend::LockstepBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   env.local_rank = rank;  // the transport says whether they share a node (Python checks)
   env.local_world_size = transport == "shm" ? size : 1;
   env.launcher = "torchrun";
-  comm::ProcessGroupOptions o;
-  o.timeout = comm::Millis(timeout.count() > 0 ? timeout.count() : 300000);
-  std::unique_ptr<comm::Backend> b;
-  if (transport == "shm")
-    b = comm::make_shm_backend(store_, "lockstep/", env, o.timeout);
-  else if (transport == "gloo")
-    b = comm::make_gloo_backend(store_, "lockstep/", env, o.timeout);
-  else
+  if (transport != "shm" && transport != "gloo")
     throw ConfigError(detail::concat("unknown lockstep transport '", transport,
                                      "'; choose shm or gloo (LOCKSTEP_BACKEND)"));
-  group_ = std::make_shared<comm::ProcessGroup>(std::move(b), o);
+  // make_group reads LOCKSTEP_TIMEOUT_S (when torch passes no timeout of its own),
+  // LOCKSTEP_CHECK_COLLECTIVES, LOCKSTEP_DEBUG and LOCKSTEP_STALL_WARN_S as init() does.
+  comm::InitOptions o;
+  o.backend = transport;
+  if (timeout.count() > 0) o.timeout = comm::Millis(timeout.count());
+  o.env = env;
+  group_ = comm::make_group(store_, o, "lockstep/");
   completer_ = std::thread([this] { completion_loop(); });
 }
 

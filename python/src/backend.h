@@ -59,6 +59,7 @@ class LockstepBackend : public c10d::Backend {
 
   const std::string getBackendName() const override { return "lockstep"; }
   std::string transport() { return group().backend_name(); }
+  double timeout_s() { return static_cast<double>(group().options().timeout.count()) / 1000.0; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;

@@ -27,6 +27,7 @@ PYBIND11_MODULE(_C, m) {
   py::class_<lockstep::python::LockstepBackend, c10d::Backend,
              c10::intrusive_ptr<lockstep::python::LockstepBackend>>(m, "LockstepBackend")
       .def_property_readonly("transport", &lockstep::python::LockstepBackend::transport)
+      .def_property_readonly("_lockstep_timeout_s", &lockstep::python::LockstepBackend::timeout_s)
       .def("_lockstep_shutdown", &lockstep::python::LockstepBackend::shutdown);
 
   m.def(

@@ -59,6 +59,22 @@ def test_unsupported_reduce_op_is_refused(tmp_path):
     assert "reduce op not supported" in p.stdout, p.stdout
 
 
+# The group is built by lockstep's make_group, which reads lockstep's settings as init() does.
+@pytest.mark.parametrize("var", ["LOCKSTEP_TIMEOUT_S", "LOCKSTEP_CHECK_COLLECTIVES",
+                                 "LOCKSTEP_STALL_WARN_S"])
+def test_bad_lockstep_setting_raises_naming_it(tmp_path, var):
+    p = python(SINGLE, {var: "abc", "LOCKSTEP_BACKEND": "shm"}, tmp_path)
+    assert p.returncode != 0
+    assert f"{var}='abc'" in p.stdout, p.stdout
+
+
+def test_lockstep_timeout_applies_when_the_program_gives_none(tmp_path):
+    code = SINGLE + "print('timeout', lockstep._live[0]._lockstep_timeout_s)\n"
+    p = python(code, {"LOCKSTEP_TIMEOUT_S": "2.5", "LOCKSTEP_BACKEND": "shm"}, tmp_path)
+    assert p.returncode == 0, p.stdout
+    assert "timeout 2.5" in p.stdout, p.stdout
+
+
 def test_fsdp2_matches_gloo(run_ok):
     out = run_ok("worker_fsdp.py", 2)
     assert out.count("max |param difference|") == 2

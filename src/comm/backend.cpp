@@ -1,6 +1,6 @@
 #include <lockstep/comm/backend.h>
 
-#include "comm/backends/factories.h"
+#include "comm/backend_factories.h"
 
 #include <ATen/ATen.h>
 

@@ -146,7 +146,7 @@ case $case_ in
         fi
         s=$(echo "$line" | sed -E 's/.* (-?[0-9.]+) s after the death.*/\1/')
         msg=${line#*after the death: }
-        # Known race (src/comm/backends/gloo/liveness.cpp, Liveness::failure()): a rank
+        # Known race (src/comm/backends/gloo/store_heartbeat.cpp, StoreHeartbeat::failure()): a rank
         # may see a rank of its own host exit (having raised, naming the dead host) before
         # its heartbeat round reads the store's notice, and then names that rank. Accepted
         # when that rank itself named the dead host, and shown as a NOTE.

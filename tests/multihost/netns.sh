@@ -2,7 +2,7 @@
 # each of whose processes also runs in its own UTS (host name), PID and mount namespace
 # with a private /dev/shm and /etc/hosts, so that lockstep sees distinct machines:
 #   - "same node" is decided by host name (src/comm/init.cpp hostname());
-#   - same-machine liveness by boot id + pid namespace (gloo/local_peers.cpp machine_id());
+#   - same-machine liveness by boot id + pid namespace (comm/peer_watch.cpp machine_id());
 #   - shm segments live in /dev/shm.
 # Source it from a test script (bash); docs/multihost.md describes the setup.
 #

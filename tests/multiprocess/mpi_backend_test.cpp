@@ -7,7 +7,7 @@
 // Drives the Backend directly from a non-main thread, as a ProcessGroup does.
 
 #include <lockstep/error.h>
-#include "comm/backends/factories.h"
+#include "comm/backend_factories.h"
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
 #include <torch/torch.h>

@@ -108,6 +108,9 @@ deb)
   for p in libtorch-dev libopenblas0-pthread libc6 libstdc++6; do
     grep -q "\b$p\b" <<<"$depends" || fail "Depends lacks $p: $depends"
   done
+  if grep -q "OpenSSL::Crypto" "$PREFIX"/lib*/cmake/lockstep/lockstep-targets.cmake; then
+    grep -q "libssl-dev" <<<"$depends" || fail "static lockstep_comm links libcrypto, Depends lacks libssl-dev"
+  fi
   if grep -q "MPI::MPI_C" "$PREFIX"/lib*/cmake/lockstep/lockstep-targets.cmake; then
     grep -q "libopenmpi-dev" <<<"$depends" || fail "built with MPI, Depends lacks libopenmpi-dev"
   fi

@@ -1,6 +1,7 @@
 // LaunchEnv: reading torchrun, OpenMPI and Slurm environments; errors name the variable;
 // what lockstep-run writes (rank_env) reads back as the same place in the job.
 #include <lockstep/comm/init.h>
+#include <lockstep/comm/make_group.h>
 #include <lockstep/env_contract.h>
 #include <lockstep/launch/launcher.h>
 #include <lockstep/launch/options.h>
@@ -9,6 +10,7 @@
 #include "comm/backends/hier/hier_backend.h"
 
 #include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <sys/stat.h>
@@ -276,6 +278,47 @@ TEST_F(EnvTest, DebugDetailAndStallWarnSettings) {
   auto pg = lockstep::init(o);
   EXPECT_TRUE(pg->options().detail);
   EXPECT_EQ(pg->options().stall_warn.count(), 1500);
+}
+
+// make_group (the Python extension's entry point) reads the environment as init() does:
+// what the program sets wins, then LOCKSTEP_*, then the defaults; hier and mpi need init().
+TEST_F(EnvTest, MakeGroupReadsTheEnvironmentLikeInit) {
+  namespace n = lockstep::env;
+  using lockstep::comm::make_group;
+  const auto store = c10::make_intrusive<c10d::HashStore>();
+  lockstep::InitOptions o;
+  o.env = LaunchEnv{};  // a world of one
+  auto pg = make_group(store, o, "mg/0/");
+  EXPECT_EQ(pg->backend_name(), "shm");  // auto, on one node
+  EXPECT_EQ(pg->options().timeout.count(), 300000);
+  EXPECT_TRUE(pg->options().check_collectives);
+  setenv(n::kTimeoutSeconds, "2.5", 1);
+  setenv(n::kCheckCollectives, "0", 1);
+  setenv(n::kStallWarnSeconds, "0", 1);
+  setenv(n::kBackend, "gloo", 1);
+  pg = make_group(store, o, "mg/1/");
+  EXPECT_EQ(pg->backend_name(), "gloo");
+  EXPECT_EQ(pg->options().timeout.count(), 2500);
+  EXPECT_FALSE(pg->options().check_collectives);
+  EXPECT_EQ(pg->options().stall_warn.count(), 0);
+  o.timeout = lockstep::comm::Millis(1500);  // the program's own wins
+  o.backend = "shm";
+  pg = make_group(store, o, "mg/2/");
+  EXPECT_EQ(pg->backend_name(), "shm");
+  EXPECT_EQ(pg->options().timeout.count(), 1500);
+  setenv(n::kTimeoutSeconds, "abc", 1);
+  o.timeout.reset();
+  EXPECT_THROW(make_group(store, o, "mg/3/"), ConfigError);
+  for (const char* v :
+       {n::kTimeoutSeconds, n::kCheckCollectives, n::kStallWarnSeconds, n::kBackend})
+    unsetenv(v);
+  o.backend = "mpi";
+  try {
+    make_group(store, o, "mg/4/");
+    ADD_FAILURE() << "expected ConfigError for mpi";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("lockstep::init()"), std::string::npos) << e.what();
+  }
 }
 
 // The proofs of the rendezvous token are HMAC-SHA256: RFC 4231 test cases 1, 2 and 6

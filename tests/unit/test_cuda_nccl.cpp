@@ -1,7 +1,7 @@
 // The NCCL backend at world size 1 on one GPU (skips without a GPU), and the stream
 // contract on a real CUDA stream: a kernel queued after StreamWork::wait() sees the
 // result without the host synchronising. More ranks: docs/gpu.md (needs 2 GPUs).
-#include "comm/backends/factories.h"
+#include "comm/backend_factories.h"
 
 #include <lockstep/comm/cuda_stream_work.h>
 #include <lockstep/comm/init.h>

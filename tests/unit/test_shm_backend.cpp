@@ -6,7 +6,7 @@
 //
 // The parent process never touches libtorch's thread pools before forking, and
 // every child arms alarm() so a hang fails the test instead of stalling it.
-#include "comm/backends/factories.h"
+#include "comm/backend_factories.h"
 #include "comm/backends/shm/shm_backend.h"
 
 #include <gtest/gtest.h>

@@ -5,15 +5,15 @@
 // decomposition: each rank sends (P-1)/P of its input once), bfloat16 reductions go
 // through float32, and bfloat16 data movement is a bit-copy typed as float16.
 //
-// Failures: every op is waited for in slices, and between slices the group's Liveness
-// (liveness.h) is asked whether a rank died or stopped; a transport error is
-// attributed to the rank Liveness names. So a dead or stopped peer fails every rank
+// Failures: every op is waited for in slices, and between slices the group's StoreHeartbeat
+// (store_heartbeat.h) is asked whether a rank died or stopped; a transport error is
+// attributed to the rank StoreHeartbeat names. So a dead or stopped peer fails every rank
 // within seconds, naming it, instead of a socket error that names an address or a
 // timeout that names no one. An op given up on may still be running inside gloo: the
 // c10d group is then leaked at destruction rather than joined (its threads would wait
 // out gloo's own timeout).
-#include "comm/backends/factories.h"
-#include "comm/backends/gloo/liveness.h"
+#include "comm/backend_factories.h"
+#include "comm/backends/gloo/store_heartbeat.h"
 
 #include <lockstep/error.h>
 
@@ -63,12 +63,12 @@ class GlooBackend final : public Backend {
     opts->threads = 2;
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix + "gloo/", store);
     pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank_, size_, opts);
-    live_ = std::make_unique<Liveness>(
+    heartbeat_ = std::make_unique<StoreHeartbeat>(
         c10::make_intrusive<c10d::PrefixStore>(prefix + "live/", store), rank_, size_);
   }
 
   ~GlooBackend() override {
-    live_.reset();
+    heartbeat_.reset();
     // A gloo op still blocked on a dead peer would keep ~ProcessGroupGloo joining its
     // worker threads until gloo's own timeout: a broken group is left to process exit.
     if (broken_) (void)pg_.release();
@@ -157,23 +157,23 @@ class GlooBackend final : public Backend {
   }
 
  private:
-  // How long one wait lasts before Liveness is asked again: the detection delay it adds.
+  // How long one wait lasts before StoreHeartbeat is asked again: the detection delay it adds.
   static constexpr Millis kSlice{200};
 
   // Waits for the c10d work in slices until it completes, the op's deadline passes, the
-  // group is aborted, or Liveness reports a failed rank (-> PeerGone naming it). gloo's
+  // group is aborted, or StoreHeartbeat reports a failed rank (-> PeerGone naming it). gloo's
   // own errors become CommErrors, attributed to the failed rank when one is known.
   //
   // Send and recv (`p2p`) wait in one piece until the deadline: gloo closes the pair of a
   // send or recv whose wait times out ("Application timeout caused pair closure"), so a
   // slice running out would break the connection. A dead peer still shows at once (the
-  // socket fails and Liveness names the rank); a stopped one only at the deadline.
+  // socket fails and StoreHeartbeat names the rank); a stopped one only at the deadline.
   void finish(const c10::intrusive_ptr<c10d::Work>& work, const OpContext& ctx, bool p2p = false) {
     for (;;) {
       const auto now = Clock::now();
       if (aborted_) raise(ctx, CommError::Kind::Aborted, -1, "the group is being torn down");
       if (now >= ctx.deadline) {
-        if (auto f = live_->failure()) raise(ctx, CommError::Kind::PeerGone, f->peer, f->what);
+        if (auto f = heartbeat_->failure()) raise(ctx, CommError::Kind::PeerGone, f->peer, f->what);
         raise(ctx, CommError::Kind::Timeout, -1,
               "not every rank took part in time; every rank's heartbeat is current, so a rank "
               "is busy elsewhere or issued other collectives");
@@ -184,7 +184,7 @@ class GlooBackend final : public Backend {
         return;
       } catch (const std::exception& e) {
         if (!work->isCompleted()) {  // our slice ran out: is everyone still there?
-          if (auto f = live_->failure()) {
+          if (auto f = heartbeat_->failure()) {
             // A lost store may only mean rank 0 finished first: give the op a moment.
             if (!f->store_lost || !wait_quietly(work, Millis(1000)))
               raise(ctx, CommError::Kind::PeerGone, f->peer, f->what);
@@ -216,12 +216,12 @@ class GlooBackend final : public Backend {
     else if (msg.find("closed") != std::string::npos || msg.find("reset") != std::string::npos ||
              msg.find("Broken pipe") != std::string::npos)
       kind = CommError::Kind::PeerGone;
-    // A socket error names an address; the rank behind it is found by Liveness: at once
+    // A socket error names an address; the rank behind it is found by StoreHeartbeat: at once
     // on this machine, within a moment when another node's rank publishes it, within
     // kStale when a whole node is gone (rank 0 sees the heartbeats stop).
     const Millis patience =
-        kind == CommError::Kind::PeerGone ? Liveness::kStale + Millis(1000) : Millis(0);
-    if (auto f = live_->failure_within(patience))
+        kind == CommError::Kind::PeerGone ? StoreHeartbeat::kStale + Millis(1000) : Millis(0);
+    if (auto f = heartbeat_->failure_within(patience))
       raise(ctx, CommError::Kind::PeerGone, f->peer,
             detail::concat(f->what, " (gloo: ", first_line(msg), ")"));
     raise(ctx, kind, -1, first_line(msg));
@@ -243,7 +243,7 @@ class GlooBackend final : public Backend {
   int rank_;
   int size_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
-  std::unique_ptr<Liveness> live_;
+  std::unique_ptr<StoreHeartbeat> heartbeat_;
   std::atomic<bool> aborted_{false};
   std::atomic<bool> broken_{false};  // an op was given up on or failed
 };

@@ -32,7 +32,7 @@
 // reads to name the failed rank too.
 #pragma once
 
-#include "comm/backends/factories.h"
+#include "comm/backend_factories.h"
 
 #include <memory>
 #include <optional>

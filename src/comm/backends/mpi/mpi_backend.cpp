@@ -153,7 +153,7 @@ void MpiBackend::exchange_pids(const Where& w) {
     subgroup = subgroup || world[r] != r;
   }
   if (subgroup) world_ranks_ = std::move(world);
-  local_ = LocalPeers(rank_, ids, pids, kStoppedLimit);
+  local_ = PeerWatch(rank_, ids, pids, kStoppedLimit);
 }
 
 int MpiBackend::dead_peer(Clock::time_point now, std::string* what) {

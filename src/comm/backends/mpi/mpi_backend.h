@@ -5,9 +5,9 @@
 // group aborts (Kind::Aborted): blocking MPI calls cannot be interrupted.
 #pragma once
 
-#include "comm/backends/factories.h"
-#include "comm/backends/gloo/local_peers.h"
+#include "comm/backend_factories.h"
 #include "comm/backends/mpi/mpi_runtime.h"
+#include "comm/peer_watch.h"
 
 #include <atomic>
 #include <functional>
@@ -105,7 +105,7 @@ class MpiBackend final : public Backend {
   // stopped rank is never reported). Remote peers: mpirun aborts the job when one dies.
   static constexpr Millis kLivenessEvery{20};
   static constexpr Millis kStoppedLimit{3000};
-  LocalPeers local_;
+  PeerWatch local_;
   Clock::time_point next_live_{};
 };
 

@@ -7,7 +7,7 @@
 // broadcasts "address port" to the others over MPI; then every rank connects and the
 // ordinary rendezvous (shm, gloo, subgroups, shared buffers) runs on that store. MPI stays
 // initialized (a later mpi group may use it) and is finalized at exit by mpi_runtime.
-#include "comm/backends/factories.h"
+#include "comm/backend_factories.h"
 #include "comm/backends/mpi/mpi_runtime.h"
 
 #include <lockstep/env_contract.h>

@@ -1,5 +1,5 @@
 // The MPI backend's stand-ins when lockstep is built without MPI (LOCKSTEP_WITH_MPI=OFF).
-#include "comm/backends/factories.h"
+#include "comm/backend_factories.h"
 
 #include <lockstep/error.h>
 

@@ -14,7 +14,7 @@
 // (what ProcessGroup hands over today) are staged through device copies on the
 // communication stream. send/recv: NCCL has no tags; messages between two ranks arrive in
 // issue order, which the ProcessGroup's single comm thread keeps.
-#include "comm/backends/factories.h"
+#include "comm/backend_factories.h"
 
 #include <lockstep/error.h>
 

@@ -1,5 +1,5 @@
 // The NCCL backend's stand-in when lockstep is built without CUDA (LOCKSTEP_CUDA off).
-#include "comm/backends/factories.h"
+#include "comm/backend_factories.h"
 
 #include <lockstep/comm/cuda_stream_work.h>
 #include <lockstep/error.h>

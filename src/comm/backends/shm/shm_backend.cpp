@@ -171,13 +171,13 @@ void ShmBackend::rendezvous(const StorePtr& store, const std::string& prefix, Mi
   Segment::unlink(name);  // every rank tries: whoever survives removes it
   for (int r = 0; r < size_; ++r)
     pids_[r] = static_cast<pid_t>(seg_.info(r).pid.load(std::memory_order_acquire));
-  live_ = Liveness(rank_, pids_, policy_);
+  peers_ = PeerPoller(rank_, pids_, policy_);
 }
 
 Waiter ShmBackend::make_waiter(const OpContext& ctx, const OpDesc& d) {
   CommContext c = op_context(*this, d);
   c.timeout_s = std::chrono::duration<double>(ctx.timeout).count();
-  return Waiter(seg_, live_, rank_, policy_, ctx, std::move(c), aborted_);
+  return Waiter(seg_, peers_, rank_, policy_, ctx, std::move(c), aborted_);
 }
 
 Waiter ShmBackend::begin(OpKind kind, int64_t numel, at::ScalarType dtype, ReduceOp op, int root,

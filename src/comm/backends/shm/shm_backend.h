@@ -19,7 +19,7 @@
 // abort() may be called from any thread.
 #pragma once
 
-#include "comm/backends/factories.h"
+#include "comm/backend_factories.h"
 #include "comm/backends/shm/path_choice.h"
 #include "comm/backends/shm/shared_region.h"
 #include "comm/backends/shm/shm_segment.h"
@@ -148,7 +148,7 @@ class ShmBackend final : public Backend {
   Segment seg_;
   std::string seg_name_;  // its (unlinked) name: the stem of shared allocations' names
   std::vector<pid_t> pids_;
-  Liveness live_;             // the peers' pids and states, checked by waits that outlast the spin
+  PeerPoller peers_;          // the peers' pids and states, checked by waits that outlast the spin
   uint64_t step_ = 0;         // mirror of our progress counter (same on every rank between ops)
   uint64_t collectives_ = 0;  // collectives begun; selects the descriptor slot
   PathChooser paths_;         // rank 0's choice of the allreduce path

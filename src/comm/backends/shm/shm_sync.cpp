@@ -1,19 +1,15 @@
 // Waiting on shared-memory flags: back-off, deadlines, liveness, abort propagation.
 #include "comm/backends/shm/shm_sync.h"
 
-#include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <thread>
 
 namespace lockstep::comm::shm {
@@ -66,14 +62,14 @@ void futex_wake(Progress& p) {
   ::syscall(SYS_futex, futex_word(p), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-Liveness::Liveness(int rank, const std::vector<pid_t>& pids, const WaitPolicy& policy)
+PeerPoller::PeerPoller(int rank, const std::vector<pid_t>& pids, const WaitPolicy& policy)
     : rank_(rank), pids_(pids), every_(policy.liveness_every) {
-  // Every rank of an shm group runs on this machine; LocalPeers needs its id to agree.
+  // Every rank of an shm group runs on this machine; PeerWatch needs its id to agree.
   const std::vector<std::string> ids(pids.size(), machine_id());
-  peers_ = LocalPeers(rank, ids, pids, policy.stop_limit);
+  peers_ = PeerWatch(rank, ids, pids, policy.stop_limit);
 }
 
-int Liveness::check(Clock::time_point now, int peer, std::string* what) {
+int PeerPoller::check(Clock::time_point now, int peer, std::string* what) {
   next_ = now + every_;
   std::string found;
   const int r = peers_.empty() ? -1 : peers_.check(&found);
@@ -82,10 +78,10 @@ int Liveness::check(Clock::time_point now, int peer, std::string* what) {
     *what = std::move(found);
     return r;
   }
-  // No comparable pid namespace (LocalPeers watches nobody), or it named another
+  // No comparable pid namespace (PeerWatch watches nobody), or it named another
   // rank: whether the one we wait on exited.
   for (int q = 0; q < static_cast<int>(pids_.size()); ++q) {
-    if (q == rank_ || (peer >= 0 && q != peer) || !process_gone(pids_[q])) continue;
+    if (q == rank_ || (peer >= 0 && q != peer) || !process_exited(pids_[q])) continue;
     *what = detail::concat("rank ", q, " (pid ", pids_[q], ") exited");
     return q;
   }
@@ -111,29 +107,10 @@ void wake_all(const Segment& seg) {
   for (int r = 0; r < seg.config().world_size; ++r) futex_wake(seg.progress(r));
 }
 
-bool process_gone(pid_t pid) {
-  if (pid <= 0) return false;
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
-  // A dead child stays a zombie until its parent reaps it, and kill() still
-  // succeeds on zombies; /proc tells them apart ("pid (comm) Z ...").
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno == ENOENT;
-  char buf[512];
-  const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
-  ::close(fd);
-  if (n <= 0) return false;
-  buf[n] = '\0';
-  const char* paren = std::strrchr(buf, ')');  // comm may itself contain ')'
-  if (paren == nullptr || paren[1] == '\0' || paren[2] == '\0') return false;
-  return paren[2] == 'Z' || paren[2] == 'X';
-}
-
-Waiter::Waiter(const Segment& seg, Liveness& live, int rank, const WaitPolicy& policy,
+Waiter::Waiter(const Segment& seg, PeerPoller& peers, int rank, const WaitPolicy& policy,
                const OpContext& ctx, CommContext base, const std::atomic<bool>& local_abort)
     : seg_(seg),
-      live_(live),
+      peers_(peers),
       rank_(rank),
       policy_(policy),
       ctx_(ctx),
@@ -168,7 +145,7 @@ bool Waiter::detect_failure(Clock::time_point now, int peer, bool full) {
   }
   if (!full) return false;
   std::string what;
-  const int gone = live_.check(now, peer, &what);
+  const int gone = peers_.check(now, peer, &what);
   if (gone < 0) return false;
   pending_ = Failure{CommError::Kind::PeerGone, rank_, gone};
   pending_what_ = std::move(what);
@@ -179,7 +156,7 @@ void Waiter::sleep(Progress& p, uint64_t target, Clock::time_point now) {
   p.sleepers.fetch_add(1, std::memory_order_seq_cst);
   const uint64_t seen = p.value.load(std::memory_order_seq_cst);
   if (seen < target) {
-    const Clock::time_point until = std::min(ctx_.deadline, live_.next_due());
+    const Clock::time_point until = std::min(ctx_.deadline, peers_.next_due());
     futex_sleep(p, seen, std::min<Clock::duration>(until - now, policy_.liveness_every));
   }
   p.sleepers.fetch_sub(1, std::memory_order_release);

@@ -18,8 +18,8 @@
 // wait that was satisfied never throws because of a failure that came later.
 #pragma once
 
-#include "comm/backends/gloo/local_peers.h"
 #include "comm/backends/shm/shm_segment.h"
+#include "comm/peer_watch.h"
 
 #include <lockstep/error.h>
 
@@ -72,17 +72,15 @@ struct Failure {
 uint64_t encode_failure(const Failure& f);
 Failure decode_failure(uint64_t word);
 
-// True when `pid` has exited (ESRCH) or is a zombie nobody has reaped yet.
-bool process_gone(pid_t pid);
-
-// Whether the group's other ranks are still there: exited or a zombie, or stopped
-// (SIGSTOP) for longer than the limit (LocalPeers, where this machine's pids can be
-// read; otherwise exits only). Rate-limited across ops: a run of short waits that
-// each outlast the spin pays the /proc reads once per `every`, not once per wait.
-class Liveness {
+// The waits' poll of the peers: whether the group's other ranks are still there (exited
+// or a zombie, or stopped by SIGSTOP for longer than the limit: comm's PeerWatch, where
+// this machine's pids can be read; otherwise exits only). Rate-limited across ops: a run
+// of short waits that each outlast the spin pays the /proc reads once per
+// WaitPolicy::liveness_every, not once per wait.
+class PeerPoller {
  public:
-  Liveness() = default;
-  Liveness(int rank, const std::vector<pid_t>& pids, const WaitPolicy& policy);
+  PeerPoller() = default;
+  PeerPoller(int rank, const std::vector<pid_t>& pids, const WaitPolicy& policy);
   bool due(Clock::time_point now) const { return now >= next_; }
   Clock::time_point next_due() const { return next_; }
   // Checks now (and schedules the next check): the failed rank, described in *what,
@@ -93,7 +91,7 @@ class Liveness {
  private:
   int rank_ = -1;
   std::vector<pid_t> pids_;
-  LocalPeers peers_;
+  PeerWatch peers_;
   Clock::duration every_{};
   Clock::time_point next_{};
 };
@@ -101,7 +99,7 @@ class Liveness {
 // One op's view of the world while it waits. Cheap to build per op (no allocation).
 class Waiter {
  public:
-  Waiter(const Segment& seg, Liveness& live, int rank, const WaitPolicy& policy,
+  Waiter(const Segment& seg, PeerPoller& peers, int rank, const WaitPolicy& policy,
          const OpContext& ctx, CommContext base, const std::atomic<bool>& local_abort);
 
   // Blocks until ready() is true. `peer` is who we wait on (for messages); -1 means
@@ -123,7 +121,7 @@ class Waiter {
     for (;;) {
       if (ready()) return;
       const Clock::time_point now = Clock::now();
-      if (detect_failure(now, peer, live_.due(now))) {
+      if (detect_failure(now, peer, peers_.due(now))) {
         if (ready()) return;
         raise_pending();
       }
@@ -160,7 +158,7 @@ class Waiter {
   void sleep(Progress& p, uint64_t target, Clock::time_point now);
 
   const Segment& seg_;
-  Liveness& live_;
+  PeerPoller& peers_;
   const int rank_;
   const WaitPolicy& policy_;
   const OpContext& ctx_;

@@ -1,9 +1,10 @@
-// Internal: who in a gloo group is alive, learned through the rendezvous store.
+// Internal: StoreHeartbeat, who in a gloo group is alive, learned through the rendezvous
+// store (heartbeats and failure notices) and, for same-machine peers, comm's PeerWatch.
 //
 // Gloo reports a dead peer as a socket error that names an address, not a rank, and a
 // stopped peer (or a lost node) not at all until its timeout. This side channel finds
 // the rank, within a few seconds, by three means (docs/errors.md, "Failure model"):
-//  - same-machine peers are watched by pid (LocalPeers): an exit is seen at once;
+//  - same-machine peers are watched by pid (comm/peer_watch.h): an exit is seen at once;
 //  - every rank bumps a heartbeat counter in the store every kPeriod; rank 0, which
 //    hosts the store, declares a rank whose counter stood still for kStale failed;
 //  - whoever finds a failure first publishes it under one store key ("failed"), which
@@ -15,8 +16,8 @@
 // period (plus P for rank 0): about 30 requests a second at P = 4.
 #pragma once
 
-#include "comm/backends/factories.h"
-#include "comm/backends/gloo/local_peers.h"
+#include "comm/backend_factories.h"
+#include "comm/peer_watch.h"
 
 #include <condition_variable>
 #include <memory>
@@ -34,19 +35,19 @@ struct PeerFailure {
                             // first, so an op about to complete gets a moment
 };
 
-class Liveness {
+class StoreHeartbeat {
  public:
   static constexpr Millis kPeriod{250};
   static constexpr Millis kStale{3000};
 
   // Collective over the group: publishes this rank's pid and machine, reads the others'
   // (waiting for them up to the store's timeout), then starts the heartbeat thread.
-  Liveness(const StorePtr& store, int rank, int size);
+  StoreHeartbeat(const StorePtr& store, int rank, int size);
   // Says goodbye (a clean leave is no failure) and stops the thread. Never blocks for
   // long: a thread stuck on an unanswering store is left to finish on its own.
-  ~Liveness();
-  Liveness(const Liveness&) = delete;
-  Liveness& operator=(const Liveness&) = delete;
+  ~StoreHeartbeat();
+  StoreHeartbeat(const StoreHeartbeat&) = delete;
+  StoreHeartbeat& operator=(const StoreHeartbeat&) = delete;
 
   // The first failure known, after checking the same-machine peers now; empty if none.
   std::optional<PeerFailure> failure();
@@ -60,7 +61,7 @@ class Liveness {
     std::mutex mu;
     std::condition_variable cv;
     std::optional<PeerFailure> failure;
-    LocalPeers local;
+    PeerWatch local;
     bool stop = false;
     bool done = false;
     Clock::time_point calling_since{};  // the round's store requests began (zero: idle)

@@ -1,5 +1,5 @@
-// Heartbeats and failure notices through the rendezvous store (see liveness.h).
-#include "comm/backends/gloo/liveness.h"
+// Heartbeats and failure notices through the rendezvous store (see store_heartbeat.h).
+#include "comm/backends/gloo/store_heartbeat.h"
 
 #include <lockstep/error.h>
 
@@ -41,7 +41,7 @@ PeerFailure parse_notice(const std::vector<uint8_t>& v, int me) {
 
 }  // namespace
 
-Liveness::Liveness(const StorePtr& store, int rank, int size)
+StoreHeartbeat::StoreHeartbeat(const StorePtr& store, int rank, int size)
     : st_(std::make_shared<State>()), store_(store), rank_(rank), size_(size) {
   if (size <= 1) return;
   // The job's rank 0 hosts the store; in a subgroup it may have another rank, or none.
@@ -61,11 +61,11 @@ Liveness::Liveness(const StorePtr& store, int rank, int size)
     in >> pids[r] >> ids[r] >> w;
     if (w == 0) store_host_ = r;
   }
-  st_->local = LocalPeers(rank, ids, pids, kStale);
+  st_->local = PeerWatch(rank, ids, pids, kStale);
   thread_ = std::thread(run, st_, store, rank, size, store_host_);
 }
 
-Liveness::~Liveness() {
+StoreHeartbeat::~StoreHeartbeat() {
   if (!thread_.joinable()) return;
   if (rank_ == store_host_) linger_for_acks();
   std::unique_lock<std::mutex> l(st_->mu);
@@ -82,11 +82,11 @@ Liveness::~Liveness() {
   }
 }
 
-void Liveness::record(State& st, PeerFailure f) {
+void StoreHeartbeat::record(State& st, PeerFailure f) {
   if (!st.failure) st.failure = std::move(f);
 }
 
-std::optional<PeerFailure> Liveness::failure() {
+std::optional<PeerFailure> StoreHeartbeat::failure() {
   std::lock_guard<std::mutex> l(st_->mu);
   if (!st_->failure) {
     std::string what;
@@ -109,7 +109,7 @@ std::optional<PeerFailure> Liveness::failure() {
   return st_->failure;
 }
 
-std::optional<PeerFailure> Liveness::failure_within(Millis patience) {
+std::optional<PeerFailure> StoreHeartbeat::failure_within(Millis patience) {
   // Only the heartbeat thread talks to the store: a call from here could wait forever on
   // the store's lock behind a request that a stopped rank 0 never answers. Ask it for a
   // round now (a remote death reaches the store's notice a moment after the socket broke).
@@ -126,7 +126,7 @@ std::optional<PeerFailure> Liveness::failure_within(Millis patience) {
   }
 }
 
-void Liveness::linger_for_acks() {
+void StoreHeartbeat::linger_for_acks() {
   {
     std::lock_guard<std::mutex> l(st_->mu);
     if (!st_->failure || size_ <= 2) return;
@@ -142,7 +142,8 @@ void Liveness::linger_for_acks() {
 
 // The heartbeat thread: bump our counter, read the group's notice, check same-machine
 // peers and (rank 0) everyone's counters, every kPeriod until stopped.
-void Liveness::run(std::shared_ptr<State> st, StorePtr store, int rank, int size, int store_host) {
+void StoreHeartbeat::run(std::shared_ptr<State> st, StorePtr store, int rank, int size,
+                         int store_host) {
   std::map<int, std::pair<int64_t, Clock::time_point>> seen;  // rank 0: last count, when
   bool published = false;
   try {

@@ -1,5 +1,5 @@
-// Watching same-machine peers by pid: exited, zombie, or stopped for too long.
-#include "comm/backends/gloo/local_peers.h"
+// Watching same-machine peers by pid: exited, zombie, or stopped for too long (peer_watch.h).
+#include "comm/peer_watch.h"
 
 #include <lockstep/env_contract.h>
 #include <lockstep/error.h>
@@ -20,9 +20,10 @@ namespace {
 constexpr Clock::duration kLongStop = std::chrono::seconds(1);  // not a scheduling blip
 constexpr Clock::duration kRecent = std::chrono::seconds(2);
 
-// The state letter of /proc/<pid>/stat ("pid (comm) S ..."): 'X' when the process is
-// gone, '?' when it cannot be read (then nothing is concluded).
+}  // namespace
+
 char process_state(pid_t pid) {
+  if (pid <= 0) return '?';  // kill(0 or -n, 0) would ask about process groups
   if (::kill(pid, 0) != 0 && errno == ESRCH) return 'X';
   char path[64];
   std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
@@ -38,7 +39,10 @@ char process_state(pid_t pid) {
   return paren[2];
 }
 
-}  // namespace
+bool process_exited(pid_t pid) {
+  const char s = process_state(pid);
+  return s == 'X' || s == 'Z';
+}
 
 std::string machine_id() {
   if (const char* v = std::getenv(env::kLivenessLocal); v && std::string(v) == "0")
@@ -51,8 +55,8 @@ std::string machine_id() {
   return boot + "/" + std::string(ns, static_cast<size_t>(n));
 }
 
-LocalPeers::LocalPeers(int me, const std::vector<std::string>& ids, const std::vector<pid_t>& pids,
-                       Clock::duration stop_limit)
+PeerWatch::PeerWatch(int me, const std::vector<std::string>& ids, const std::vector<pid_t>& pids,
+                     Clock::duration stop_limit)
     : stop_limit_(stop_limit) {
   const std::string mine = machine_id();
   if (mine.empty()) return;
@@ -61,7 +65,7 @@ LocalPeers::LocalPeers(int me, const std::vector<std::string>& ids, const std::v
       peers_.push_back(Peer{static_cast<int>(r), pids[r], {}});
 }
 
-int LocalPeers::check(std::string* what) {
+int PeerWatch::check(std::string* what) {
   const auto now = Clock::now();
   const Peer* exited = nullptr;
   const Peer* stopped = nullptr;  // the one stopped longest
