@@ -627,6 +627,7 @@ std::shared_ptr<ProcessGroup> make_group(const std::string& backend, const Store
 
 std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   LaunchEnv e = options.env ? *options.env : LaunchEnv::from_environment();
+  e.announce();  // which launch contract, on rank 0 for schedulers (docs/schedulers.md)
   const std::string backend = resolve_backend(options.backend, e);
   const ProcessGroupOptions pgo = group_options(options);
   check_blas(e, debug_on());
