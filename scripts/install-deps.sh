@@ -24,6 +24,7 @@ pkgs=(
   iproute2              # ip netns / tc for the thin-link benchmarks
   procps bc             # ps, bc: used by the fault tests
   python3               # tests/train/read_tfevents.py: an independent TensorBoard reader
+  python3-yaml          # tests/packaging/manifests_test.py: the Kubernetes manifests
 )
 bench=0
 venv_extra=()
