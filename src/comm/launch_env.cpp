@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <initializer_list>
+#include <mutex>
 
 namespace lockstep::comm {
 namespace {
@@ -330,7 +331,7 @@ std::string LaunchEnv::describe() const {
                         job_id.empty() ? std::string() : ", job " + job_id);
 }
 
-void LaunchEnv::announce() const {
+std::string LaunchEnv::announcement() const {
   const char* debug = get(n::kDebug);
   const bool all = debug && std::string(debug) != "0";
   const bool scheduler =
@@ -338,7 +339,16 @@ void LaunchEnv::announce() const {
   std::string out;
   if (all || (rank == 0 && scheduler)) out += describe() + "\n";
   if (!note.empty()) out += note + "\n";
-  if (!out.empty()) (void)!write(2, out.data(), out.size());
+  return out;
+}
+
+void LaunchEnv::announce() const {
+  // Once per process: a program that calls init() for several groups says it once.
+  static std::once_flag once;
+  std::call_once(once, [this] {
+    const std::string out = announcement();
+    if (!out.empty()) (void)!write(2, out.data(), out.size());
+  });
 }
 
 }  // namespace lockstep::comm

@@ -44,9 +44,13 @@ struct LaunchEnv {
   static LaunchEnv from_environment();
   // One line: the contract, the variables taken, and the place in the job they give.
   std::string describe() const;
-  // Prints describe() (and the note) to stderr where it is worth it: on rank 0 under a
-  // scheduler's contract (Slurm, MPI, Kubernetes), on every rank under LOCKSTEP_DEBUG;
-  // nothing for lockstep-run / torchrun (lockstep-run says it itself) or no launcher.
+  // What announce() prints: describe() (and the note) where it is worth it: on rank 0
+  // under a scheduler's contract (Slurm, MPI, Kubernetes), on every rank under
+  // LOCKSTEP_DEBUG; nothing for lockstep-run / torchrun (lockstep-run says it itself) or no
+  // launcher. Lines end in newlines; empty = nothing to say.
+  std::string announcement() const;
+  // Writes announcement() to stderr, the first time it is called in the process only
+  // (init() calls it; a program that makes several groups says it once). Thread-safe.
   void announce() const;
 };
 
