@@ -64,7 +64,8 @@ SchedulerContract read_slurm(const Env& env) {
   c.node_rank = parse_int(env, node_var, 0, nodes - 1);
   add_source(c, env, {n::kSlurmStepNumTasks, nodes_var, node_var});
   const char* list = get(env, n::kSlurmStepNodeList) ? n::kSlurmStepNodeList : n::kSlurmJobNodeList;
-  if (get(env, list)) {
+  // One node keeps the loopback default: its store then listens on loopback only.
+  if (nodes > 1 && get(env, list)) {
     try {
       c.master_addr = hostlist::first(get(env, list));
     } catch (const ConfigError& e) {

@@ -102,6 +102,14 @@ TEST(LaunchScheduler, SlurmTaskPerNodeGivesTheJobShape) {
   }
 }
 
+// srun -N1 -n1 lockstep-run: one node keeps 127.0.0.1 (a loopback-only store).
+TEST(LaunchScheduler, SlurmOneNodeKeepsLoopback) {
+  LaunchOptions o = parse_args({"--nproc-per-node", "4", "./train"}, slurm_step(0, 1));
+  EXPECT_EQ(o.nnodes, 1);
+  EXPECT_EQ(o.master_addr, "127.0.0.1");
+  EXPECT_EQ(o.rdzv_id, "slurm-4242.3");
+}
+
 TEST(LaunchScheduler, SlurmJobNodeListWhenNoStepList) {
   Env env = slurm_step(0, 2);
   env.erase("SLURM_STEP_NODELIST");
