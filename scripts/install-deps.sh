@@ -25,6 +25,8 @@ pkgs=(
   iproute2              # ip netns / tc for the thin-link benchmarks
   procps bc             # ps, bc: used by the fault tests
   python3               # tests/train/read_tfevents.py: an independent TensorBoard reader
+  python3-yaml          # tests/packaging/manifests_test.py: the Kubernetes manifests
+  slurmctld slurmd slurm-client  # tests/multihost/slurm_test.sh: a real Slurm on loopback
 )
 bench=0
 venv_extra=()

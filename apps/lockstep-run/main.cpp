@@ -4,12 +4,13 @@
 
 #include "lockstep/launch/launcher.h"
 #include "lockstep/launch/options.h"
+#include "lockstep/launch/rank_env.h"
 
 int main(int argc, char** argv) {
   using namespace lockstep::launch;
   LaunchOptions opt;
   try {
-    opt = parse_args(std::vector<std::string>(argv + 1, argv + argc));
+    opt = parse_args(std::vector<std::string>(argv + 1, argv + argc), current_environment());
   } catch (const UsageError& e) {
     // The message, then the usage line (the first line of --help).
     const std::string usage = usage_text();

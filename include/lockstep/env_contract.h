@@ -71,13 +71,44 @@ inline constexpr const char* kPmiRank = "PMI_RANK";
 inline constexpr const char* kPmiSize = "PMI_SIZE";
 inline constexpr const char* kMpiLocalRankId = "MPI_LOCALRANKID";
 inline constexpr const char* kMpiLocalNRanks = "MPI_LOCALNRANKS";
-// Slurm's srun.
-inline constexpr const char* kSlurmProcId = "SLURM_PROCID";
-inline constexpr const char* kSlurmNTasks = "SLURM_NTASKS";
-inline constexpr const char* kSlurmLocalId = "SLURM_LOCALID";
-inline constexpr const char* kSlurmNTasksPerNode = "SLURM_NTASKS_PER_NODE";
+// PMIx (OpenMPI 5's prterun, srun --mpi=pmix): the rank only; the size comes from PMIx.
+inline constexpr const char* kPmixRank = "PMIX_RANK";
+// Slurm's srun (docs/schedulers.md). The SLURM_STEP_* names are set by srun for the tasks
+// of a step only, never in a batch script: their presence says "started by srun".
+inline constexpr const char* kSlurmProcId = "SLURM_PROCID";    // task index in the step
+inline constexpr const char* kSlurmNTasks = "SLURM_NTASKS";    // tasks of the step
+inline constexpr const char* kSlurmLocalId = "SLURM_LOCALID";  // task index on this node
+inline constexpr const char* kSlurmNodeId = "SLURM_NODEID";    // node index in the step
+inline constexpr const char* kSlurmNTasksPerNode = "SLURM_NTASKS_PER_NODE";  // --ntasks-per-node
 inline constexpr const char* kSlurmNNodes = "SLURM_NNODES";
-inline constexpr const char* kSlurmLaunchNodeIpAddr = "SLURM_LAUNCH_NODE_IPADDR";
 inline constexpr const char* kSlurmJobId = "SLURM_JOB_ID";
+inline constexpr const char* kSlurmJobNodeList = "SLURM_JOB_NODELIST";  // hostlist syntax
+inline constexpr const char* kSlurmJobNumNodes = "SLURM_JOB_NUM_NODES";
+inline constexpr const char* kSlurmStepId = "SLURM_STEP_ID";
+inline constexpr const char* kSlurmStepNodeList = "SLURM_STEP_NODELIST";  // hostlist syntax
+inline constexpr const char* kSlurmStepNumNodes = "SLURM_STEP_NUM_NODES";
+inline constexpr const char* kSlurmStepNumTasks = "SLURM_STEP_NUM_TASKS";
+inline constexpr const char* kSlurmStepTasksPerNode = "SLURM_STEP_TASKS_PER_NODE";  // "2(x3),1"
+// Kubernetes: Kubeflow's PyTorchJob (training-operator, v1) sets RANK / WORLD_SIZE per pod
+// (RANK = the pod's index) with MASTER_ADDR / MASTER_PORT, and torchrun's flag defaults
+// PET_*; Trainer v2's TrainJob sets only PET_*. lockstep-run reads PET_* as the defaults of
+// its flags, as torchrun does. Sources: docs/schedulers.md.
+inline constexpr const char* kPetNNodes = "PET_NNODES";
+inline constexpr const char* kPetNProcPerNode = "PET_NPROC_PER_NODE";
+inline constexpr const char* kPetNodeRank = "PET_NODE_RANK";
+inline constexpr const char* kPetMasterAddr = "PET_MASTER_ADDR";
+inline constexpr const char* kPetMasterPort = "PET_MASTER_PORT";
+inline constexpr const char* kPetRdzvId = "PET_RDZV_ID";
+inline constexpr const char* kPetMaxRestarts = "PET_MAX_RESTARTS";
+inline constexpr const char* kKubernetesServiceHost = "KUBERNETES_SERVICE_HOST";  // in every pod
+
+// The rendezvous port of a Slurm step when none is given: derived from "JOB.STEP" (FNV-1a),
+// so every task and node computes the same one and concurrent steps on a node differ.
+inline int slurm_port(const char* job_step) {
+  unsigned long h = 2166136261UL;
+  for (const char* c = job_step; *c; ++c)
+    h = ((h ^ static_cast<unsigned char>(*c)) * 16777619UL) & 0xffffffffUL;
+  return 29500 + static_cast<int>(h % 20000UL);
+}
 
 }  // namespace lockstep::env

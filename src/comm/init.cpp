@@ -17,6 +17,7 @@ namespace lockstep::comm {
 
 std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   LaunchEnv e = options.env ? *options.env : LaunchEnv::from_environment();
+  e.announce();  // which launch contract, on rank 0 for schedulers (docs/schedulers.md)
   const std::string backend = resolve_backend(options.backend, e);
   const ProcessGroupOptions pgo = group_options(options);
   check_blas(e, debug_on());

@@ -179,6 +179,8 @@ int run_launcher(const LaunchOptions& opt) {
   ensure_std_fds_open();
   std::vector<int> logs = open_logs(opt);
   FdCloser closer{logs};
+  if (!opt.launch_line.empty()) say(opt.launch_line);
+  if (!opt.launch_note.empty()) say(opt.launch_note);
   EnvMap base = current_environment();
   const BlasTuning blas = blas_tuning(base);  // first: it forks, before any thread starts
   for (const auto& [k, v] : blas.env) base[k] = v;

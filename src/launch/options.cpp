@@ -3,6 +3,7 @@
 #include "lockstep/launch/options.h"
 
 #include "lockstep/launch/cli.h"
+#include "lockstep/launch/scheduler_env.h"
 
 #include <CLI/CLI.hpp>
 
@@ -134,9 +135,11 @@ std::unique_ptr<CLI::App> make_app(LaunchOptions& opt) {
   app->prefix_command();
   app->add_flag("-h,--help", opt.help);
   for (const ValueFlag& f : value_flags()) {
-    app->add_option_function<std::string>(
-           concat(f.name, ",", underscore_spelling(f.name)),
-           [&opt, &f](const std::string& v) { f.set(opt, f.name, v); })
+    app->add_option_function<std::string>(concat(f.name, ",", underscore_spelling(f.name)),
+                                          [&opt, &f](const std::string& v) {
+                                            f.set(opt, f.name, v);
+                                            opt.set_by[f.name] = f.name;
+                                          })
         ->trigger_on_parse();
   }
   return app;
@@ -164,10 +167,79 @@ void validate(const LaunchOptions& o) {
     throw UsageError("lockstep-run: missing PROGRAM to run (see --help)");
 }
 
+// torchrun's PET_* variables, each the default of one flag. "auto", "cpu" and "gpu" for
+// PET_NPROC_PER_NODE are torchrun's device counts: lockstep-run needs a number.
+const std::pair<const char*, const char*> kPetFlags[] = {{"PET_NNODES", "--nnodes"},
+                                                         {"PET_NPROC_PER_NODE", "--nproc-per-node"},
+                                                         {"PET_NODE_RANK", "--node-rank"},
+                                                         {"PET_MASTER_ADDR", "--master-addr"},
+                                                         {"PET_MASTER_PORT", "--master-port"},
+                                                         {"PET_RDZV_ID", "--rdzv-id"},
+                                                         {"PET_MAX_RESTARTS", "--max-restarts"}};
+
+// Applies PET_* through the flags' own checks; returns the complaint about a
+// PET_NPROC_PER_NODE that is no number, which only matters without --nproc-per-node.
+std::string apply_pet(const std::map<std::string, std::string>& env, LaunchOptions& opt) {
+  std::string nproc_problem;
+  for (const auto& [var, flag] : kPetFlags) {
+    auto it = env.find(var);
+    if (it == env.end() || it->second.empty()) continue;
+    std::string v = it->second;
+    // An elastic PyTorchJob writes min:max; a fixed job (min = max) is fine.
+    if (const auto colon = v.find(':');
+        std::string(var) == "PET_NNODES" && colon != std::string::npos) {
+      if (v.substr(0, colon) != v.substr(colon + 1))
+        throw UsageError(concat("lockstep-run: PET_NNODES='", v,
+                                "' is an elastic range; "
+                                "lockstep-run runs a fixed number of nodes: give the job's "
+                                "elasticPolicy minReplicas = maxReplicas, or --nnodes"));
+      v = v.substr(0, colon);
+    }
+    if (std::string(var) == "PET_NPROC_PER_NODE" &&
+        v.find_first_not_of("0123456789") != std::string::npos) {
+      nproc_problem = concat("lockstep-run: PET_NPROC_PER_NODE='", v,
+                             "' is a device class; "
+                             "lockstep-run needs a number: set numProcPerNode (TrainJob) or "
+                             "nprocPerNode (PyTorchJob) to an integer, or pass --nproc-per-node");
+      continue;
+    }
+    find_value_flag(flag)->set(opt, var, v);
+    opt.set_by[flag] = concat(var, "=", it->second);
+  }
+  return nproc_problem;
+}
+
+LaunchOptions parse_onto(const std::vector<std::string>& args, LaunchOptions start);
+
 }  // namespace
 
-LaunchOptions parse_args(const std::vector<std::string>& args) {
+LaunchOptions parse_args(const std::vector<std::string>& args,
+                         const std::map<std::string, std::string>& env) {
   LaunchOptions opt;
+  const SchedulerContract sched = read_scheduler(env);
+  apply_scheduler(sched, opt);
+  const std::string nproc_problem = apply_pet(env, opt);
+  LaunchOptions parsed = parse_onto(args, std::move(opt));
+  if (!nproc_problem.empty() && !parsed.help && parsed.set_by.count("--nproc-per-node") == 0)
+    throw UsageError(nproc_problem);
+  check_scheduler(sched, parsed);
+  validate(parsed);
+  parsed.launch_line = describe_launch(sched, parsed);
+  parsed.launch_note = sched.note;
+  return parsed;
+}
+
+LaunchOptions parse_args(const std::vector<std::string>& args) {
+  LaunchOptions opt = parse_onto(args, LaunchOptions{});
+  validate(opt);
+  return opt;
+}
+
+namespace {
+
+// The command line over start (the defaults, or what the environment gave).
+LaunchOptions parse_onto(const std::vector<std::string>& args, LaunchOptions start) {
+  LaunchOptions opt = std::move(start);
   auto app = make_app(opt);
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 pops from the back
   try {
@@ -195,9 +267,10 @@ LaunchOptions parse_args(const std::vector<std::string>& args) {
                             " (see --help; options go before PROGRAM)"));
   }
   opt.program = std::move(rest);
-  validate(opt);
   return opt;
 }
+
+}  // namespace
 
 std::string usage_text() {
   return R"(usage: lockstep-run [options] PROGRAM [ARGS...]
@@ -222,6 +295,14 @@ options (before PROGRAM; "--" also ends them; --flag value or --flag=value):
                        their own error before they are sent SIGTERM (default 3)
   --grace-seconds S    seconds between SIGTERM and SIGKILL when stopping ranks (default 5)
   --help               print this text
+
+Under a scheduler the defaults come from its environment (docs/schedulers.md): srun with
+one task per node gives --nnodes, --node-rank, --master-addr (the first host of the step's
+node list), --master-port and --rdzv-id; a Kubeflow PyTorchJob pod gives --node-rank (RANK),
+--master-addr and --master-port; PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK,
+PET_MASTER_ADDR, PET_MASTER_PORT, PET_RDZV_ID, PET_MAX_RESTARTS (TrainJob, torchrun) are
+the defaults of the flags of the same names. Flags win, except against a Slurm step's
+facts. lockstep-run says in one line what it took.
 
 exit code: 0 when every rank succeeded; the first failed rank's exit code (128+signal if it
 was killed); 127 if PROGRAM cannot be executed; 130/143 when interrupted by SIGINT/SIGTERM;

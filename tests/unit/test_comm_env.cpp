@@ -52,7 +52,26 @@ const char* kVars[] = {"RANK",
                        "SLURM_NNODES",
                        "SLURM_NTASKS_PER_NODE",
                        "SLURM_JOB_ID",
-                       "SLURM_LAUNCH_NODE_IPADDR"};
+                       "SLURM_LAUNCH_NODE_IPADDR",
+                       "SLURM_NODEID",
+                       "SLURM_STEP_ID",
+                       "SLURM_STEP_NUM_TASKS",
+                       "SLURM_STEP_NUM_NODES",
+                       "SLURM_STEP_NODELIST",
+                       "SLURM_STEP_TASKS_PER_NODE",
+                       "SLURM_JOB_NODELIST",
+                       "SLURM_JOB_NUM_NODES",
+                       "GROUP_RANK",
+                       "GROUP_WORLD_SIZE",
+                       "TORCHELASTIC_RUN_ID",
+                       "PMI_SIZE",
+                       "KUBERNETES_SERVICE_HOST",
+                       "PET_NNODES",
+                       "PET_NPROC_PER_NODE",
+                       "PET_NODE_RANK",
+                       "PET_MASTER_ADDR",
+                       "PET_MASTER_PORT",
+                       "LOCKSTEP_DEBUG"};
 
 class EnvTest : public ::testing::Test {
  protected:
@@ -103,21 +122,224 @@ TEST_F(EnvTest, OpenMpiContract) {
   EXPECT_TRUE(e.single_node());
 }
 
+// srun --ntasks-per-node=4 -N2 ./train: rank 5 is task 1 of node 1.
 TEST_F(EnvTest, SlurmContract) {
   set({{"SLURM_PROCID", "5"},
        {"SLURM_NTASKS", "8"},
        {"SLURM_LOCALID", "1"},
+       {"SLURM_NODEID", "1"},
        {"SLURM_NNODES", "2"},
        {"SLURM_JOB_ID", "777"},
+       {"SLURM_STEP_ID", "2"},
+       {"SLURM_STEP_NUM_TASKS", "8"},
+       {"SLURM_STEP_NUM_NODES", "2"},
+       {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"},
+       {"SLURM_STEP_NODELIST", "node[07-08]"},
+       {"SLURM_JOB_NODELIST", "node[01-08]"},
        {"SLURM_LAUNCH_NODE_IPADDR", "10.1.2.3"}});
   auto e = LaunchEnv::from_environment();
   EXPECT_EQ(e.launcher, "slurm");
+  EXPECT_EQ(e.contract, "Slurm");
   EXPECT_EQ(e.rank, 5);
   EXPECT_EQ(e.world_size, 8);
+  EXPECT_EQ(e.local_rank, 1);
   EXPECT_EQ(e.local_world_size, 4);
-  EXPECT_EQ(e.master_addr, "10.1.2.3");
-  EXPECT_EQ(e.job_id, "slurm-777");
-  EXPECT_GE(e.master_port, 29500);
+  // The first host of the step, where task 0 runs; not the node srun was typed on.
+  EXPECT_EQ(e.master_addr, "node07");
+  EXPECT_EQ(e.job_id, "slurm-777.2");
+  EXPECT_EQ(e.master_port, lockstep::env::slurm_port("777.2"));
+  const std::string d = e.describe();
+  EXPECT_NE(d.find("launched by Slurm (SLURM_PROCID=5"), std::string::npos) << d;
+  EXPECT_NE(d.find("SLURM_STEP_NODELIST=node[07-08]"), std::string::npos) << d;
+  EXPECT_NE(d.find("rank 5 of 8, local rank 1 of 4, master node07:"), std::string::npos) << d;
+}
+
+TEST_F(EnvTest, SlurmUnevenTasksPerNodeAndJobNodeList) {
+  set({{"SLURM_PROCID", "4"},
+       {"SLURM_LOCALID", "0"},
+       {"SLURM_NODEID", "2"},
+       {"SLURM_STEP_NUM_TASKS", "5"},
+       {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"},
+       {"SLURM_JOB_NODELIST", "gpu[3-5]"}});
+  auto e = LaunchEnv::from_environment();
+  EXPECT_EQ(e.local_world_size, 1);
+  EXPECT_EQ(e.master_addr, "gpu3");
+}
+
+// In a batch script (no srun) the SLURM_* variables describe the allocation, not a rank:
+// one process, and a note saying why.
+TEST_F(EnvTest, SlurmBatchScriptIsOneProcessWithANote) {
+  set({{"SLURM_PROCID", "0"},
+       {"SLURM_NTASKS", "8"},
+       {"SLURM_JOB_ID", "777"},
+       {"SLURM_JOB_NUM_NODES", "2"}});
+  auto e = LaunchEnv::from_environment();
+  EXPECT_EQ(e.contract, "none");
+  EXPECT_EQ(e.world_size, 1);
+  EXPECT_NE(e.note.find("not started by srun"), std::string::npos) << e.note;
+}
+
+TEST_F(EnvTest, SlurmAndHandMadeRankThatDisagreeIsAnError) {
+  set({{"SLURM_PROCID", "3"},
+       {"SLURM_STEP_NUM_TASKS", "4"},
+       {"SLURM_LOCALID", "1"},
+       {"RANK", "0"},
+       {"WORLD_SIZE", "1"}});
+  try {
+    LaunchEnv::from_environment();
+    FAIL() << "expected a conflict";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("conflicting launch environments: torchrun says rank 0 of 1 (RANK=0 "
+                     "WORLD_SIZE=1"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("Slurm says rank 3 of 4 (SLURM_PROCID=3 SLURM_STEP_NUM_TASKS=4)"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("unset the other's variables"), std::string::npos) << m;
+  }
+  // Agreeing variables (export RANK=$SLURM_PROCID ...) are fine.
+  set({{"RANK", "3"}, {"WORLD_SIZE", "4"}});
+  EXPECT_EQ(LaunchEnv::from_environment().rank, 3);
+}
+
+// srun -N2 --ntasks-per-node=1 torchrun --nnodes 1 ...: each launcher formed its own job.
+TEST_F(EnvTest, PerNodeLauncherThatIgnoredSlurmIsAnError) {
+  set({{"SLURM_PROCID", "1"},
+       {"SLURM_STEP_NUM_TASKS", "2"},
+       {"RANK", "1"},
+       {"WORLD_SIZE", "2"},
+       {"LOCAL_RANK", "1"},
+       {"LOCAL_WORLD_SIZE", "2"},
+       {"GROUP_RANK", "0"},
+       {"GROUP_WORLD_SIZE", "1"},
+       {"TORCHELASTIC_RUN_ID", "x"}});
+  try {
+    LaunchEnv::from_environment();
+    FAIL() << "expected a conflict";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("srun started 2 launchers but each formed a job of 1 node"), std::string::npos)
+        << m;
+  }
+  // lockstep-run under srun, one per node, as it should be.
+  set({{"GROUP_RANK", "1"},
+       {"GROUP_WORLD_SIZE", "2"},
+       {"RANK", "3"},
+       {"WORLD_SIZE", "4"},
+       {"LOCKSTEP_LAUNCHER", "lockstep-run"}});
+  auto e = LaunchEnv::from_environment();
+  EXPECT_EQ(e.contract, "lockstep-run");
+  EXPECT_EQ(e.rank, 3);
+}
+
+// mpirun under Slurm starts its daemons with srun (one task per node): the step is not the
+// ranks', no conflict. srun --mpi=pmix ./train: as many tasks as ranks, they must agree.
+TEST_F(EnvTest, MpiUnderSlurm) {
+  set({{"OMPI_COMM_WORLD_RANK", "5"},
+       {"OMPI_COMM_WORLD_SIZE", "8"},
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+       {"SLURM_PROCID", "1"},
+       {"SLURM_STEP_NUM_TASKS", "2"}});
+  auto e = LaunchEnv::from_environment();
+  EXPECT_EQ(e.contract, "OpenMPI/PMIx");
+  EXPECT_EQ(e.rank, 5);
+  set({{"SLURM_STEP_NUM_TASKS", "8"}});
+  EXPECT_THROW(LaunchEnv::from_environment(), ConfigError);
+}
+
+TEST_F(EnvTest, HandMadeRankBesideMpiThatDisagreesIsAnError) {
+  set({{"OMPI_COMM_WORLD_RANK", "1"},
+       {"OMPI_COMM_WORLD_SIZE", "2"},
+       {"RANK", "0"},
+       {"WORLD_SIZE", "2"}});
+  try {
+    LaunchEnv::from_environment();
+    FAIL() << "expected a conflict";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("OpenMPI/PMIx says rank 1 of 2"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A PyTorchJob pod running the program directly: RANK is the pod, one process per pod.
+TEST_F(EnvTest, PyTorchJobPodIsOneProcessPerPod) {
+  set({{"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
+       {"RANK", "1"},
+       {"WORLD_SIZE", "3"},
+       {"MASTER_ADDR", "job-master-0"},
+       {"MASTER_PORT", "23456"}});
+  auto e = LaunchEnv::from_environment();
+  EXPECT_EQ(e.contract, "PyTorchJob");
+  EXPECT_EQ(e.rank, 1);
+  EXPECT_EQ(e.world_size, 3);
+  EXPECT_EQ(e.local_world_size, 1);  // not "every rank on this node"
+  EXPECT_FALSE(e.single_node());
+  EXPECT_EQ(e.master_addr, "job-master-0");
+  // nprocPerNode 4: the program needed lockstep-run in the pod.
+  set({{"PET_NPROC_PER_NODE", "4"}, {"WORLD_SIZE", "12"}});
+  try {
+    LaunchEnv::from_environment();
+    FAIL() << "expected an error";
+  } catch (const ConfigError& ex) {
+    EXPECT_NE(std::string(ex.what()).find("start them with lockstep-run"), std::string::npos)
+        << ex.what();
+  }
+}
+
+TEST_F(EnvTest, TrainJobNodeIsOneProcessPerNode) {
+  set({{"PET_NNODES", "2"},
+       {"PET_NODE_RANK", "1"},
+       {"PET_NPROC_PER_NODE", "1"},
+       {"PET_MASTER_ADDR", "ctsm-node-0-0.ctsm"},
+       {"PET_MASTER_PORT", "29500"}});
+  auto e = LaunchEnv::from_environment();
+  EXPECT_EQ(e.contract, "TrainJob");
+  EXPECT_EQ(e.rank, 1);
+  EXPECT_EQ(e.world_size, 2);
+  EXPECT_EQ(e.master_addr, "ctsm-node-0-0.ctsm");
+  set({{"PET_NPROC_PER_NODE", "auto"}});
+  EXPECT_THROW(LaunchEnv::from_environment(), ConfigError);
+}
+
+TEST_F(EnvTest, DescribeNamesTheContractAndTheValues) {
+  set({{"RANK", "0"},
+       {"WORLD_SIZE", "2"},
+       {"LOCAL_RANK", "0"},
+       {"LOCAL_WORLD_SIZE", "2"},
+       {"MASTER_ADDR", "127.0.0.1"},
+       {"MASTER_PORT", "1234"},
+       {"LOCKSTEP_LAUNCHER", "lockstep-run"}});
+  const std::string d = LaunchEnv::from_environment().describe();
+  EXPECT_EQ(d,
+            "lockstep: launched by lockstep-run (RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 "
+            "LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1234): rank 0 of 2, local rank 0 "
+            "of 2, master 127.0.0.1:1234");
+}
+
+TEST_F(EnvTest, AnnounceIsQuietForLockstepRunAndSpeaksForSchedulers) {
+  set({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCKSTEP_LAUNCHER", "lockstep-run"}});
+  EXPECT_EQ(LaunchEnv::from_environment().announcement(), "");
+  set({{"LOCKSTEP_DEBUG", "1"}});
+  EXPECT_NE(LaunchEnv::from_environment().announcement().find("launched by lockstep-run"),
+            std::string::npos);
+  SetUp();
+  set({{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_JOB_ID", "5"}});
+  const std::string line = LaunchEnv::from_environment().announcement();
+  EXPECT_NE(line.find("launched by Slurm"), std::string::npos) << line;
+  EXPECT_EQ(line.back(), '\n');
+  set({{"SLURM_PROCID", "1"}});
+  EXPECT_EQ(LaunchEnv::from_environment().announcement(), "");  // rank 1 is quiet
+  // announce() writes it, once per process.
+  set({{"SLURM_PROCID", "0"}});
+  testing::internal::CaptureStderr();
+  LaunchEnv::from_environment().announce();
+  LaunchEnv::from_environment().announce();
+  // Once: the line, or nothing where an earlier init() in this process already spoke.
+  const std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(out == line || out.empty()) << out;
 }
 
 // Sets variables for one scope and restores what was there before (set or not).

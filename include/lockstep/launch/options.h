@@ -4,6 +4,7 @@
 // a UsageError means for the process (message + exit code 2).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,13 @@ struct LaunchOptions {
   double notice_seconds = 3.0;       // first failure -> SIGTERM: survivors raise their own error
   bool help = false;                 // --help: print usage, run nothing
   std::vector<std::string> program;  // PROGRAM and its ARGS; argv[0] first
+  // Where a value came from when a flag or a PET_* variable set it: "--nnodes" ->
+  // "--nnodes" or "PET_NNODES=2" (docs/schedulers.md). Absent: the default or a scheduler's.
+  std::map<std::string, std::string> set_by;
+  // The one line saying which scheduler contract gave what (empty: none) and a remark
+  // (e.g. a Slurm job but no srun); run_launcher prints both.
+  std::string launch_line;
+  std::string launch_note;
 
   int world_size() const { return nnodes * nproc_per_node; }
   int global_rank(int local_rank) const { return node_rank * nproc_per_node + local_rank; }
@@ -42,6 +50,14 @@ struct LaunchOptions {
 // accepted as aliases; a repeated flag is checked each time and the last one wins.
 // Throws UsageError, naming the flag, on any bad input.
 LaunchOptions parse_args(const std::vector<std::string>& args);
+
+// The same over an environment: a scheduler's contract (Slurm under srun, a PyTorchJob
+// pod; lockstep/launch/scheduler_env.h) and then PET_NNODES, PET_NPROC_PER_NODE,
+// PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT, PET_RDZV_ID, PET_MAX_RESTARTS give the
+// defaults of the flags (as torchrun reads them); the command line wins, except where it
+// contradicts a Slurm step's facts (a UsageError naming both).
+LaunchOptions parse_args(const std::vector<std::string>& args,
+                         const std::map<std::string, std::string>& env);
 
 // The --help text.
 std::string usage_text();
