@@ -13,6 +13,14 @@ foreach(np 1 2 3)
       LABELS "multiprocess;ddp")
   endforeach()
 endforeach()
+foreach(backend shm gloo)
+  add_test(NAME powersgd_mismatch_${backend}
+           COMMAND $<TARGET_FILE:lockstep-run> --nproc-per-node 2 --master-port 0
+                   $<TARGET_FILE:powersgd_check> --mismatch)
+  set_tests_properties(powersgd_mismatch_${backend} PROPERTIES
+    ENVIRONMENT "LOCKSTEP_BACKEND=${backend};LOCKSTEP_TIMEOUT_S=30" TIMEOUT 120
+    LABELS "multiprocess;ddp")
+endforeach()
 
 if(LOCKSTEP_TEST_PYTHON)
   set(PSGD_REF_DIR ${CMAKE_CURRENT_BINARY_DIR}/powersgd_torch_ref)

@@ -344,11 +344,34 @@ void check_torch(lockstep::ProcessGroup& g, const std::string& dir) {
   for (const auto& c : cases) check_against_torch(g, dir, c);
 }
 
+// Ranks with different ranks r: CommError(Mismatch) on every rank at the first compressed
+// step (the composite op's fingerprint), not garbled sums.
+int check_mismatch(lockstep::ProcessGroup& g) {
+  PowerSgdOptions o;
+  o.start_iter = 2;
+  o.matrix_approximation_rank = 1 + g.rank();
+  auto hook = powersgd_hook(o);
+  GradBucket b = make_bucket(0, 1, {{16, 24}}, at::kFloat, g.size());
+  const at::Tensor raw = gradient(g.rank(), 0, 384, 0).to(at::kFloat);
+  for (int step = 0; step < 3; ++step) {
+    try {
+      reduce(hook, g, b, raw);
+    } catch (const lockstep::CommError& e) {
+      const bool ok = step == 2 && e.kind() == lockstep::CommError::Kind::Mismatch;
+      std::printf("rank %d, step %d: %s: %s\n", g.rank(), step, ok ? "expected" : "WRONG", e.what());
+      return ok ? 0 : 1;
+    }
+  }
+  std::fprintf(stderr, "rank %d: different ranks r were not detected\n", g.rank());
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     auto g = lockstep::init();
+    if (argc == 2 && std::string(argv[1]) == "--mismatch") return check_mismatch(*g);
     if (argc == 3 && std::string(argv[1]) == "--torch-ref") {
       check_torch(*g, argv[2]);
     } else {

@@ -177,6 +177,26 @@ TEST(PowerSgd, NewLayoutStartsAfresh) {
   EXPECT_FALSE(b.buffer.isnan().any().item<bool>());
 }
 
+// A NaN gradient makes the step's result NaN; the error and Q it would leave behind are
+// dropped, so the next finite step is finite again (PyTorch's hook would stay NaN).
+TEST(PowerSgd, NonFiniteStepDoesNotPoisonTheNext) {
+  PowerSgdOptions o;
+  o.start_iter = 2;
+  auto state = std::make_shared<PowerSgdState>(o);
+  auto hook = powersgd_hook(state);
+  GradBucket b = bucket_of({{16, 24}, {24}}, at::kFloat);
+  for (int step = 0; step < 3; ++step) run(hook, b);
+  b.buffer[5] = NAN;
+  run(hook, b);
+  EXPECT_TRUE(b.buffer.isnan().any().item<bool>());
+  EXPECT_FALSE(state->bucket(0)->error.defined());
+  EXPECT_FALSE(state->bucket(0)->q.defined());
+  b.buffer.normal_();
+  run(hook, b);
+  EXPECT_TRUE(b.buffer.isfinite().all().item<bool>());
+  EXPECT_TRUE(state->bucket(0)->error.isfinite().all().item<bool>());
+}
+
 TEST(PowerSgd, OtherDtypesGoUncompressed) {
   PowerSgdOptions o;
   o.start_iter = 2;

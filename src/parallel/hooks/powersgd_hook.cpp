@@ -216,6 +216,13 @@ struct Exchange {
         at::mm_out(g, p(x), q(x).t());
       }
     }
+    // A result that is not finite (the same bits on every rank) must not live on in the
+    // error and Q: drop both on every rank alike, so the next step starts afresh (e.g. after
+    // an fp16 loss-scale overflow that the step then skips). PyTorch's hook keeps them.
+    if (!at::isfinite(buf).all().item<bool>()) {
+      state->error = state->p = state->q = at::Tensor();
+      return;
+    }
     // PyTorch keeps input - result in raw units; the input here is divided by the world size.
     if (options.use_error_feedback) state->error = input.sub_(buf.div(double(world)));
   }

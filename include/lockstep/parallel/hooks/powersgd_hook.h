@@ -42,7 +42,9 @@
 // buckets after the first step, which would change what the state is kept for. A bucket
 // whose layout changes anyway restarts its error and Q. Buckets of other dtypes than
 // float32/float64 are allreduced uncompressed. A zero column met by Gram-Schmidt with
-// epsilon 0 becomes zeros (PyTorch's code divides by zero there and gets NaN).
+// epsilon 0 becomes zeros (PyTorch's code divides by zero there and gets NaN). A step whose
+// result is not finite (identical on every rank) drops the error and Q on every rank, so the
+// next step starts afresh (PyTorch's would carry the NaN on).
 //
 // Thread safety: the hook runs its exchange as ONE composite op on the group's comm thread
 // (backward goes on meanwhile); state accessors are for between steps only.
