@@ -358,7 +358,8 @@ int check_mismatch(lockstep::ProcessGroup& g) {
       reduce(hook, g, b, raw);
     } catch (const lockstep::CommError& e) {
       const bool ok = step == 2 && e.kind() == lockstep::CommError::Kind::Mismatch;
-      std::printf("rank %d, step %d: %s: %s\n", g.rank(), step, ok ? "expected" : "WRONG", e.what());
+      std::printf("rank %d, step %d: %s: %s\n", g.rank(), step, ok ? "expected" : "WRONG",
+                  e.what());
       return ok ? 0 : 1;
     }
   }
