@@ -1,4 +1,4 @@
-# The PowerSGD communication hook: shm and gloo, 1-3 ranks; with LOCKSTEP_TEST_PYTHON (a
+# The PowerSGD communication hook: shm, gloo and mpi at 1-3 ranks, hier at 2x2; with LOCKSTEP_TEST_PYTHON (a
 # Python with torch 2.x: make test-torch2) also against PyTorch's own powerSGD_hook on the
 # same inputs. Included from tests/multiprocess.
 add_executable(powersgd_check ${CMAKE_CURRENT_LIST_DIR}/powersgd_check.cpp)
@@ -12,7 +12,19 @@ foreach(np 1 2 3)
       ENVIRONMENT "LOCKSTEP_BACKEND=${backend};LOCKSTEP_TIMEOUT_S=60" TIMEOUT 120
       LABELS "multiprocess;ddp")
   endforeach()
+  if(LOCKSTEP_HAVE_MPI)
+    add_test(NAME powersgd_mpi_np${np}
+             COMMAND ${PROJECT_SOURCE_DIR}/scripts/mpirun.sh -np ${np} $<TARGET_FILE:powersgd_check>)
+    set_tests_properties(powersgd_mpi_np${np} PROPERTIES
+      ENVIRONMENT "LOCKSTEP_BACKEND=mpi;LOCKSTEP_TIMEOUT_S=60" TIMEOUT 120 LABELS "multiprocess;ddp")
+  endif()
 endforeach()
+# Two levels (hier, 2 "nodes" x 2 ranks on this host).
+add_test(NAME powersgd_hier_2x2
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/multiprocess/nodes.sh $<TARGET_FILE:lockstep-run> 2 2
+                 $<TARGET_FILE:powersgd_check>)
+set_tests_properties(powersgd_hier_2x2 PROPERTIES
+  ENVIRONMENT "LOCKSTEP_BACKEND=hier;LOCKSTEP_TIMEOUT_S=60" TIMEOUT 180 LABELS "multiprocess;ddp")
 foreach(backend shm gloo)
   add_test(NAME powersgd_mismatch_${backend}
            COMMAND $<TARGET_FILE:lockstep-run> --nproc-per-node 2 --master-port 0
