@@ -10,6 +10,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 namespace lockstep::ddp::hooks {
@@ -127,8 +128,15 @@ std::vector<int64_t> layout_of(const GradBucket& b) {
 int64_t fingerprint(const PowerSgdOptions& o, const Plan& plan, bool fresh_q, uint32_t seed) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  auto bits = [](double d) {
+    uint64_t u = 0;
+    std::memcpy(&u, &d, sizeof u);
+    return u;
+  };
   mix(uint64_t(o.matrix_approximation_rank));
-  mix(uint64_t(std::llround(o.min_compression_rate * 1e6)));
+  mix(bits(o.min_compression_rate));
+  // Each rank orthogonalises the summed P itself: a different epsilon would fork replicas.
+  mix(bits(o.orthogonalization_epsilon));
   mix(o.use_error_feedback);
   mix(o.warm_start);
   mix(fresh_q);
