@@ -9,6 +9,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <utility>
