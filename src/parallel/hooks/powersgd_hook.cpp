@@ -192,9 +192,11 @@ struct Exchange {
   // or the previous step's; orthogonalised either way.
   void prepare_q() const {
     if (fresh_q) {
+      // On the CPU whatever the bucket's device, as PyTorch draws them.
       auto gen = at::make_generator<at::CPUGeneratorImpl>(uint64_t(seed));
+      const auto cpu = at::TensorOptions().dtype(buf.scalar_type());
       for (const Matrix& x : plan.compressed)
-        q(x).copy_(at::randn({1, x.m, x.r}, gen, buf.options()).view({x.m, x.r}));
+        q(x).copy_(at::randn({1, x.m, x.r}, gen, cpu).view({x.m, x.r}));
     }
     for (const Matrix& x : plan.compressed)
       powersgd::orthogonalize(q(x), options.orthogonalization_epsilon);
