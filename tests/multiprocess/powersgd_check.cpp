@@ -286,7 +286,7 @@ void check_against_torch(lockstep::ProcessGroup& g, const std::string& dir, cons
   int64_t total = 0;
   for (const auto& s : shapes) total += numel_of(s);
   const int W = g.size();
-  auto in = read_doubles(dir + "/" + c.name + ".inputs.bin", size_t(W * c.steps * total));
+  auto in = read_doubles(dir + "/" + c.name + ".inputs.bin", size_t(int64_t(W) * c.steps * total));
   auto out = read_doubles(dir + "/" + c.name + ".outputs.bin", size_t(c.steps * total));
   auto err = read_doubles(dir + "/" + c.name + ".errors.bin", size_t(W * total));
   PowerSgdOptions o;

@@ -292,7 +292,7 @@ struct PowerSgdAccess {
 
 CommHook powersgd_hook(std::shared_ptr<PowerSgdState> state) {
   LOCKSTEP_CHECK(state != nullptr, "powersgd_hook: null state");
-  return [state](comm::ProcessGroup& group, const GradBucket& bucket) {
+  return [state = std::move(state)](comm::ProcessGroup& group, const GradBucket& bucket) {
     return PowerSgdAccess::call(*state, group, bucket);
   };
 }
