@@ -23,16 +23,17 @@ export TSAN_OPTIONS  ?= halt_on_error=1:second_deadlock_stack=1:suppressions=$(C
 # libtorch 2.x: the libtorch inside the torch wheel of .venv-bench (scripts/install-deps.sh
 # --torch2; shared with make bench), C++20, the CXX11 ABI like Debian's gloo/OpenMPI/gtest.
 # Builds and runs the unit, comm, DDP and FSDP tests, the install + consumer tests and
-# TensorBoard's own reader over the trainer's events (docs/install.md, docs/development.md).
+# TensorBoard's own reader over the trainer's events and the PowerSGD hook against PyTorch's
+# own powerSGD_hook (docs/install.md, docs/development.md).
 TORCH2_PY      := $(CURDIR)/.venv-bench/bin/python
 # With the CUDA parts (LOCKSTEP_CUDA=ON: nvcc needed; NCCL comes with the wheel): the codec
 # kernels and the NCCL backend compile and link, and their tests run (they skip without a
 # GPU; docs/gpu.md).
 TORCH2_TARGETS := unit_launch unit_comm unit_data unit_ddp unit_compress unit_numerics \
                   unit_cuda unit_cuda_stream \
-                  lockstep-run collectives_check ddp_equivalence fsdp_equivalence \
+                  lockstep-run collectives_check ddp_equivalence fsdp_equivalence powersgd_check \
                   lockstep_models lockstep_train lockstep-train
-TORCH2_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics|cuda|cuda_stream)\.|(collectives|ddp_equivalence|fsdp_equivalence)_(shm|gloo)_np2|mismatch_detected_(shm|gloo)|packaging_(install|consumer_cmake)|tensorboard_reader)
+TORCH2_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics|cuda|cuda_stream)\.|(collectives|ddp_equivalence|fsdp_equivalence|powersgd)_(shm|gloo)_np2|mismatch_detected_(shm|gloo)|packaging_(install|consumer_cmake)|tensorboard_reader|powersgd_torch_(reference|shm|gloo))
 
 .PHONY: all deps deps-bench deps-torch2 configure build test test-hosts test-asan test-tsan test-nompi \
         test-torch2 test-python package lint format demo demo-fashion-mnist bench clean

@@ -76,9 +76,14 @@ std::vector<std::string> sharding_names() {
 
 void declare_strategy_keys(ConfigSchema& s, StrategyConfig& c) {
   s.one_of("strategy.kind", c.kind, {"single", "ddp", "fsdp"});
-  s.one_of("strategy.comm_hook", c.comm_hook, {"none", "bf16", "qsgd"});
+  s.one_of("strategy.comm_hook", c.comm_hook, {"none", "bf16", "qsgd", "powersgd"});
   s.i64("strategy.qsgd_bits", c.qsgd_bits, 1, 32);
   s.i64("strategy.qsgd_bucket_size", c.qsgd_bucket_size, 1);
+  s.i64("strategy.powersgd_rank", c.powersgd_rank, 1);
+  s.i64("strategy.powersgd_start_iter", c.powersgd_start_iter, 0);
+  s.f64("strategy.powersgd_min_compression_rate", c.powersgd_min_compression_rate, 0);
+  s.boolean("strategy.powersgd_error_feedback", c.powersgd_error_feedback);
+  s.boolean("strategy.powersgd_warm_start", c.powersgd_warm_start);
   s.one_of("strategy.backend", c.backend, {"auto", "shm", "gloo", "mpi"});
   s.one_of("strategy.sharding", c.sharding, sharding_names());
   s.one_of("strategy.wrap", c.wrap, {"all", "size"});
@@ -212,6 +217,17 @@ void validate_trainer_keys(const TrainConfig& c, const toml::table& root) {
                       st.comm_hook +
                       "' is a DDP communication hook; strategy.kind = \"fsdp\" reduce-scatters "
                       "gradients itself: set comm_hook = \"none\" or kind = \"ddp\"");
+  }
+  // PowerSGD keeps per-bucket state, which DDP's bucket rebuild after step 1 would void.
+  if (st.comm_hook == "powersgd" && st.powersgd_start_iter < 2 &&
+      (st.powersgd_error_feedback || st.powersgd_warm_start)) {
+    const toml::node* n = root["strategy"]["powersgd_start_iter"].node();
+    throw ConfigError(detail::concat(
+        n ? where(*n) : c.source + ": ",
+        "key 'strategy.powersgd_start_iter' = ", st.powersgd_start_iter,
+        " must be >= 2 while powersgd_error_feedback or powersgd_warm_start is true (DDP "
+        "rebuilds its buckets after the first step, which the kept error and Q would not "
+        "survive): raise it, or set both to false"));
   }
 }
 

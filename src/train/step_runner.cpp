@@ -5,6 +5,7 @@
 
 #include <lockstep/env_contract.h>
 #include <lockstep/numerics/non_finite.h>
+#include <lockstep/parallel/hooks/powersgd_hook.h>
 #include <lockstep/parallel/hooks/qsgd_hook.h>
 
 #include <cmath>
@@ -43,7 +44,7 @@ void StepRunner::prepare_precision() {
   scaler_ = make_scaler(cfg_.precision, group_);
 }
 
-void StepRunner::wrap_ddp() {
+void StepRunner::wrap_ddp(int64_t start_step) {
   if (cfg_.strategy.kind != "ddp") return;
   DDPOptions d;
   // A model without buffers needs no buffer broadcast: it would cost a collective per forward.
@@ -57,6 +58,20 @@ void StepRunner::wrap_ddp() {
     q.bucket_size = cfg_.strategy.qsgd_bucket_size;
     q.seed = uint64_t(cfg_.run.seed);
     ddp_->register_comm_hook(compress::qsgd(q));
+  }
+  if (cfg_.strategy.comm_hook == "powersgd") {
+    ddp::hooks::PowerSgdOptions o;
+    o.matrix_approximation_rank = cfg_.strategy.powersgd_rank;
+    o.start_iter = cfg_.strategy.powersgd_start_iter;
+    o.min_compression_rate = cfg_.strategy.powersgd_min_compression_rate;
+    o.use_error_feedback = cfg_.strategy.powersgd_error_feedback;
+    o.warm_start = cfg_.strategy.powersgd_warm_start;
+    o.random_seed = uint32_t(uint64_t(cfg_.run.seed) & 0xffffffffu);
+    auto state = std::make_shared<ddp::hooks::PowerSgdState>(o);
+    // A resumed run counts on from its step (compression starts at start_iter, not later);
+    // the error and Q are not in checkpoints: they start afresh (docs/trainer.md).
+    state->set_iter(start_step);
+    ddp_->register_comm_hook(ddp::hooks::powersgd_hook(state));
   }
 }
 

@@ -60,7 +60,8 @@ class StepRunner {
   fsdp::FSDPCore* fsdp() { return fsdp_ ? &fsdp_->core() : nullptr; }
   // Wraps the model in DDP with the configured hook (strategy.kind = "ddp"); call after
   // loading a checkpoint: construction broadcasts rank 0's (identical) parameters.
-  void wrap_ddp();
+  // `start_step`: the step the run resumes at (PowerSGD's start_iter counts from 0).
+  void wrap_ddp(int64_t start_step = 0);
 
   // Optimizer step number `step_number` (1-based, for messages) at `lr` over `accum`
   // micro-batches from `batches`; returns the step's mean loss. A step whose loss or

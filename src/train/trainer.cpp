@@ -135,7 +135,7 @@ int Trainer::Impl::run() {
   Checkpointer checkpointer(cfg, ctx, plan, model, runner.optimizer(), runner.fsdp());
   checkpointer.set_scaler(runner.scaler());
   const int64_t start_step = resume_requested() ? checkpointer.resume() : 0;
-  runner.wrap_ddp();  // after loading: DDP broadcasts rank 0's (identical) parameters
+  runner.wrap_ddp(start_step);  // after loading: DDP broadcasts rank 0's (identical) parameters
   StepLog log(cfg, ctx, plan, start_step);
   const LoopResult loop = train_loop(runner, checkpointer, log, start_step);
   if (loop.stopped) {

@@ -49,6 +49,11 @@ add_test(NAME train_restart COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/resta
 add_test(NAME train_cli COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/cli_test.sh ${TRAIN_TEST_ARGS})
 set_tests_properties(train_e2e train_resume train_fsdp train_integrity train_restart train_cli
                      PROPERTIES LABELS "train;multiprocess" TIMEOUT 240)
+# strategy.comm_hook = "powersgd": fewer bytes, resume counts on from the checkpoint's step,
+# config error (tests/train/powersgd_test.sh).
+add_test(NAME train_powersgd
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/powersgd_test.sh ${TRAIN_TEST_ARGS})
+set_tests_properties(train_powersgd PROPERTIES LABELS "train;multiprocess" TIMEOUT 240)
 # [precision], [memory] and the non-finite guard at 2 ranks (DDP and FSDP).
 add_test(NAME train_precision
          COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/precision_test.sh ${TRAIN_TEST_ARGS})

@@ -246,8 +246,61 @@ TEST(TrainConfig, FsdpBadValuesNameKeyLineAndChoices) {
   expect("forward_prefetch = 1\n", "3", "key 'strategy.forward_prefetch' must be a boolean");
   expect("sharding_strategy = \"full_shard\"\n", "3",
          "unknown key 'strategy.sharding_strategy' (known keys in [strategy]: backend, "
-         "backward_prefetch, comm_hook, forward_prefetch, kind, param_dtype, qsgd_bits, "
-         "qsgd_bucket_size, reduce_dtype, sharding, wrap, wrap_min_params)");
+         "backward_prefetch, comm_hook, forward_prefetch, kind, param_dtype, "
+         "powersgd_error_feedback, powersgd_min_compression_rate, powersgd_rank, "
+         "powersgd_start_iter, powersgd_warm_start, qsgd_bits, qsgd_bucket_size, reduce_dtype, "
+         "sharding, wrap, wrap_min_params)");
+}
+
+TEST(TrainConfig, PowerSgdKeys) {
+  const auto s = parse(R"([strategy]
+comm_hook = "powersgd"
+powersgd_rank = 4
+powersgd_start_iter = 20
+powersgd_min_compression_rate = 1.5
+powersgd_error_feedback = false
+powersgd_warm_start = false
+)")
+                     .config.strategy;
+  EXPECT_EQ(s.comm_hook, "powersgd");
+  EXPECT_EQ(s.powersgd_rank, 4);
+  EXPECT_EQ(s.powersgd_start_iter, 20);
+  EXPECT_EQ(s.powersgd_min_compression_rate, 1.5);
+  EXPECT_FALSE(s.powersgd_error_feedback);
+  EXPECT_FALSE(s.powersgd_warm_start);
+  // PyTorch's defaults.
+  const auto d = parse("[strategy]\ncomm_hook = \"powersgd\"\n").config.strategy;
+  EXPECT_EQ(d.powersgd_rank, 1);
+  EXPECT_EQ(d.powersgd_start_iter, 1000);
+  EXPECT_EQ(d.powersgd_min_compression_rate, 2.0);
+  EXPECT_TRUE(d.powersgd_error_feedback && d.powersgd_warm_start);
+  // Without error feedback and warm start, compression may start at once.
+  EXPECT_EQ(error_of("[strategy]\ncomm_hook = \"powersgd\"\npowersgd_start_iter = 0\n"
+                     "powersgd_error_feedback = false\npowersgd_warm_start = false\n"),
+            "");
+}
+
+TEST(TrainConfig, PowerSgdBadValuesNameKeyLineAndFix) {
+  auto expect = [](const std::string& toml, const std::string& line, const std::string& what) {
+    const std::string m = error_of("[strategy]\ncomm_hook = \"powersgd\"\n" + toml);
+    EXPECT_NE(m.find("test.toml:" + line + ":"), std::string::npos) << m;
+    EXPECT_NE(m.find(what), std::string::npos) << m;
+  };
+  expect("powersgd_rank = 0\n", "3", "key 'strategy.powersgd_rank' = 0 is out of range [1, inf]");
+  expect("powersgd_start_iter = -1\n", "3",
+         "key 'strategy.powersgd_start_iter' = -1 is out of range");
+  expect("powersgd_min_compression_rate = -2.0\n", "3",
+         "key 'strategy.powersgd_min_compression_rate' = -2 is out of range");
+  expect("powersgd_warm_start = 1\n", "3", "key 'strategy.powersgd_warm_start' must be a boolean");
+  expect("powersgd_error_feedback = false\npowersgd_start_iter = 1\n", "4",
+         "key 'strategy.powersgd_start_iter' = 1 must be >= 2 while powersgd_error_feedback or "
+         "powersgd_warm_start is true");
+  const std::string m =
+      error_of("[strategy]\ncomm_hook = \"powersgd\"\n", {"strategy.powersgd_start_iter=1"});
+  EXPECT_NE(m.find("--set strategy.powersgd_start_iter=1"), std::string::npos) << m;
+  EXPECT_NE(m.find("set both to false"), std::string::npos) << m;
+  // Only the powersgd hook reads them.
+  EXPECT_EQ(error_of("[strategy]\ncomm_hook = \"qsgd\"\npowersgd_start_iter = 1\n"), "");
 }
 
 TEST(TrainConfig, FsdpRejectsDdpCommHook) {

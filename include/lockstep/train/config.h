@@ -88,9 +88,15 @@ struct TrainLoopConfig {
 
 struct StrategyConfig {
   std::string kind = "ddp";        // "single" | "ddp" | "fsdp"
-  std::string comm_hook = "none";  // "none" | "bf16" | "qsgd" (DDP only)
+  std::string comm_hook = "none";  // "none" | "bf16" | "qsgd" | "powersgd" (DDP only)
   int64_t qsgd_bits = 4;
   int64_t qsgd_bucket_size = 128;
+  // comm_hook = "powersgd": lockstep::ddp::hooks::PowerSgdOptions (PyTorch's defaults).
+  int64_t powersgd_rank = 1;
+  int64_t powersgd_start_iter = 1000;  // steps of plain allreduce first
+  double powersgd_min_compression_rate = 2.0;
+  bool powersgd_error_feedback = true;
+  bool powersgd_warm_start = true;
   std::string backend = "auto";  // process group backend
 
   // FSDP (kind = "fsdp"; ignored otherwise): lockstep::fsdp::FSDPOptions, docs/trainer.md.
