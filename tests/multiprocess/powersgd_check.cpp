@@ -12,6 +12,8 @@
 #include <lockstep/lockstep.h>
 #include <lockstep/parallel/hooks/powersgd_hook.h>
 
+#include "tally.h"
+
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -30,15 +32,13 @@ using Shapes = std::vector<std::vector<int64_t>>;
 
 namespace {
 
-int failures = 0;
-#define EXPECT(cond, ...)                                                 \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      ++failures;                                                         \
-      std::fprintf(stderr, "FAIL %s:%d: %s ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                  \
-      std::fprintf(stderr, "\n");                                         \
-    }                                                                     \
+// A check on the tally (tally.h); on failure the printf-style detail says why.
+#define EXPECT(cond, ...)                                    \
+  do {                                                       \
+    const bool ok_ = static_cast<bool>(cond);                \
+    char why_[512] = "";                                     \
+    if (!ok_) std::snprintf(why_, sizeof why_, __VA_ARGS__); \
+    tally::check(#cond, ok_, why_);                          \
   } while (0)
 
 int64_t numel_of(const Shapes& shapes) {
@@ -372,6 +372,7 @@ int check_mismatch(lockstep::ProcessGroup& g) {
 int main(int argc, char** argv) {
   try {
     auto g = lockstep::init();
+    tally::rank = g->rank();
     if (argc == 2 && std::string(argv[1]) == "--mismatch") return check_mismatch(*g);
     if (argc == 3 && std::string(argv[1]) == "--torch-ref") {
       check_torch(*g, argv[2]);
@@ -383,10 +384,7 @@ int main(int argc, char** argv) {
       check_warm_start(*g);
     }
     g->barrier()->wait();
-    if (g->rank() == 0)
-      std::printf("powersgd_check %s: P=%d backend=%s, %d failures\n",
-                  failures ? "FAILED" : "passed", g->size(), g->backend_name().c_str(), failures);
-    return failures ? 1 : 0;
+    return tally::finish();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "powersgd_check: %s\n", e.what());
     return 1;
