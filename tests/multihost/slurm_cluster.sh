@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # A real Slurm on this host for tests and benchmarks: Debian's slurmctld and 2 slurmd -N
 # nodes on loopback, auth/none and cred/none (no munge), started and stopped by the caller.
 # Source it (bash); tests/multihost/slurm_test.sh and bench/schedulers.sh do.
