@@ -18,6 +18,7 @@
 #   mh_ip I                    host I's address
 #   mh_mpirun PER_HOST ARGS... mpirun on host 1 over every host, PER_HOST ranks each: its
 #                              rsh agent starts each host's orted inside that host
+#   mh_mpirun_hostfile PER_HOST ARGS...  the same with --hostfile (host1 slots=PER_HOST ...)
 # Names carry the shell's pid, so parallel runs never share a namespace, bridge or port
 # space; leftovers of runs killed before their trap ran (ctest's timeout SIGKILLs) are
 # removed by the next mh_setup.
@@ -188,7 +189,8 @@ mh_kill_host() { ip netns pids "$(mh_ns "$1")" | xargs -r kill -9; }
 mh_link() { ip link set "$(mh_veth "$1")" "$2"; }
 
 # OpenMPI's launch agent (plm_rsh_agent), called as `AGENT HOST COMMAND...` where ssh would
-# be: runs the orted command line on the host whose address is HOST, as mh_exec does.
+# be: runs the orted command line on host I, named by its address (10.77.0.I, from --host) or
+# its name (hostI, from a hostfile), as mh_exec does.
 mh_mpi_agent() {
   local agent=$MH_DIR/rsh-agent
   {
@@ -196,6 +198,8 @@ mh_mpi_agent() {
     echo "prefix=$MH_PREFIX hosts=$MH_DIR/hosts"
     cat <<'AGENT'
 i=${1##*.}  # 10.77.0.I -> host I
+i=${i#host}  # hostI -> host I
+[[ $i =~ ^[0-9]+$ ]] || { echo "rsh-agent: unknown host '$1'" >&2; exit 255; }
 shift
 exec ip netns exec "$prefix-h$i" unshare --uts --pid --fork --kill-child --mount-proc --mount \
   sh -c 'hostname "host$1" && mount -t tmpfs tmpfs /dev/shm && mount --bind "$2" /etc/hosts &&
@@ -206,15 +210,36 @@ AGENT
   echo "$agent"
 }
 
-# mh_mpirun PER_HOST ARGS...: mpirun (on host 1) with PER_HOST slots on every host, the
-# TCP BTL and the runtime's own connections on the hosts' eth0.
+# mh_mpi ARGS...: mpirun on host 1 with the options every launch here shares: the rsh agent
+# above, the TCP BTL and the runtime's own (oob) connections on the hosts' eth0.
+mh_mpi() {
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mh_exec 1 \
+    timeout -s KILL "${MH_MPI_TIMEOUT:-300}" "${MPIRUN:-mpirun}" \
+    --mca plm_rsh_agent "$(mh_mpi_agent)" --mca btl self,vader,tcp --mca pml ob1 \
+    --mca btl_tcp_if_include "$MH_IF" --mca oob_tcp_if_include "$MH_IF" "$@"
+}
+
+# mh_mpirun PER_HOST ARGS...: mpirun (on host 1) with PER_HOST slots on every host given by
+# address (--host 10.77.0.1:PER_HOST,...).
 mh_mpirun() {
   local per=$1 hostlist="" i
   shift
   for ((i = 1; i <= MH_N; i++)); do hostlist+="${hostlist:+,}$(mh_ip "$i"):$per"; done
-  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mh_exec 1 \
-    timeout -s KILL "${MH_MPI_TIMEOUT:-300}" "${MPIRUN:-mpirun}" \
-    --mca plm_rsh_agent "$(mh_mpi_agent)" --host "$hostlist" -np $((per * MH_N)) \
-    --mca btl self,vader,tcp --mca pml ob1 --mca btl_tcp_if_include "$MH_IF" \
-    --mca oob_tcp_if_include "$MH_IF" "$@"
+  mh_mpi --host "$hostlist" -np $((per * MH_N)) "$@"
+}
+
+# mh_hostfile PER_HOST: writes $MH_DIR/hostfile as the MPI Operator writes its own, a line
+# "NAME slots=PER_HOST" per host, by name (host1, host2, ...: each host's /etc/hosts has
+# them), and prints its path.
+mh_hostfile() {
+  local i
+  for ((i = 1; i <= MH_N; i++)); do echo "host$i slots=$1"; done >"$MH_DIR/hostfile"
+  echo "$MH_DIR/hostfile"
+}
+
+# mh_mpirun_hostfile PER_HOST ARGS...: mpirun --hostfile (mh_hostfile) on host 1.
+mh_mpirun_hostfile() {
+  local per=$1
+  shift
+  mh_mpi --hostfile "$(mh_hostfile "$per")" -np $((per * MH_N)) "$@"
 }

@@ -8,29 +8,18 @@
 #  3. srun -N2 --ntasks-per-node=2 --kill-on-bad-exit=1: a task SIGKILLed in a loop of
 #     collectives; the others raise naming it and the step ends within 5 s of the death;
 #  4. sbatch examples/slurm/train.sbatch (fault_program join), LAUNCH=per-node and per-rank:
-#     ranks 0..3 each join once.
-# The first node is named after this host so that the first host of the node list, the
-# master address, resolves; the second "$me-2" (both at 127.0.0.1).
+#     ranks 0..3 each join once;
+#  5. sbatch examples/slurm/ctsm.sbatch with CONFIG=configs/ctsm-tiny.toml: lockstep-train on
+#     4 ranks to completion (trained, evaluated, exported).
+# The cluster: tests/multihost/slurm_cluster.sh (also used by bench/schedulers.sh).
 # Skips (exit 77) with the reason where the daemons are missing or cannot start.
-# usage: slurm_test.sh COLLECTIVES_CHECK FAULT_PROGRAM LOCKSTEP_RUN        (about 40 s)
+# usage: slurm_test.sh COLLECTIVES_CHECK FAULT_PROGRAM LOCKSTEP_RUN LOCKSTEP_TRAIN   (about 65 s)
 set -u
-check=$1; prog=$2; run=$3
-skip() { echo "SKIP: $* (the real-Slurm test needs root and Debian's slurmctld, slurmd, slurm-client)"; exit 77; }
-[[ $(id -u) == 0 ]] || skip "not root"
-for t in slurmctld slurmd srun sbatch sinfo; do command -v $t >/dev/null || skip "'$t' is not installed"; done
-plugins=$(dirname "$(find /usr/lib -name auth_none.so -path '*slurm*' 2>/dev/null | head -1)")
-[[ -f $plugins/auth_none.so && -f $plugins/cred_none.so ]] || skip "no auth/none, cred/none plugins"
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-slurm.XXXXXX")
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  sleep 0.5
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  [[ -n ${KEEP:-} ]] || rm -rf "$tmp"
-}
-trap cleanup EXIT
+check=$1; prog=$2; run=$3; train=$4
+src=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=slurm_cluster.sh
+source "$(dirname "$0")/slurm_cluster.sh"
+slurm_require
 failures=0; passes=0
 case_start=$SECONDS
 pass() { echo "PASS $* ($((SECONDS - case_start)) s)"; passes=$((passes + 1)); case_start=$SECONDS; }
@@ -39,63 +28,9 @@ fail() {
   sed 's/^/    | /' "$out" | grep -v '\] \[c10d\] The IPv6 network addresses' | tail -30
 }
 has() { grep -qF -- "$2" "$1"; }
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-
-# The first node is this host's name (it resolves; Slurm reserves "localhost"), the second
-# that name with "-2", which sorts after it: Slurm orders its nodes by name, task 0 runs on
-# the first, and the master address is the first host of the step's node list, which must
-# resolve (a second node "node2" sorted first and did not).
-me=$(hostname)
-getent hosts "$me" >/dev/null || skip "this host's name '$me' does not resolve"
-mkdir -p "$tmp/state" "$tmp/spool"
-cat >"$tmp/slurm.conf" <<EOF
-ClusterName=lockstep$$
-SlurmctldHost=localhost(127.0.0.1)
-SlurmctldPort=$(port)
-SlurmdPort=$(port)
-AuthType=auth/none
-CredType=cred/none
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation=$tmp/state
-SlurmdSpoolDir=$tmp/spool/%n
-SlurmctldPidFile=$tmp/slurmctld.pid
-SlurmdPidFile=$tmp/slurmd-%n.pid
-SlurmctldLogFile=$tmp/slurmctld.log
-SlurmdLogFile=$tmp/slurmd-%n.log
-SlurmdParameters=config_overrides
-ProctrackType=proctrack/pgid
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-MpiDefault=none
-SwitchType=switch/none
-JobCompType=jobcomp/none
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-ReturnToService=2
-PlugStackConfig=/dev/null
-NodeName=$me NodeHostname=localhost NodeAddr=127.0.0.1 Port=$(port) CPUs=2 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=1000
-NodeName=$me-2 NodeHostname=localhost NodeAddr=127.0.0.1 Port=$(port) CPUs=2 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=1000
-PartitionName=test Nodes=$me,$me-2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-EOF
-export SLURM_CONF=$tmp/slurm.conf
-slurmctld -D -c -f "$SLURM_CONF" >"$tmp/slurmctld.out" 2>&1 &
-pids+=($!); disown $!
-sleep 1
-for node in $me $me-2; do
-  slurmd -D -N $node -f "$SLURM_CONF" >"$tmp/slurmd-$node.out" 2>&1 &
-  pids+=($!); disown $!
-done
-for _ in $(seq 40); do
-  [[ $(timeout 3 sinfo -h -o '%t' 2>/dev/null | sort -u) == idle ]] && [[ $(timeout 3 sinfo -h -o '%D') == 2 ]] && break
-  sleep 0.5
-done
-if [[ $(timeout 3 sinfo -h -o '%t' 2>/dev/null | sort -u) != idle ]]; then
-  cat "$tmp"/*.out "$tmp"/*.log 2>/dev/null | tail -20
-  skip "the daemons did not bring 2 nodes up (sinfo: $(timeout 3 sinfo -h 2>&1 | tr '\n' ' '))"
-fi
-echo "slurm: 2 nodes up ($(timeout 3 sinfo -h -o '%N %t')) after $SECONDS s"
+slurm_start
+tmp=$SLURM_DIR
+me=$SLURM_NODE1
 case_start=$SECONDS
 # Nothing of the caller's launcher may leak into the tasks.
 unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE LOCKSTEP_LAUNCHER \
@@ -163,6 +98,24 @@ for launch in per-node per-rank; do
     fail "sbatch examples/slurm/train.sbatch (LAUNCH=$launch) (rc $rc)"
   fi
 done
+
+# 5. examples/slurm/ctsm.sbatch as a user submits it, on the tiny config (the script's own
+#    CONFIG and OUT), a lockstep-run per node: trains, evaluates and exports to completion.
+#    The tiny config keeps a global batch of 64 (2 ranks x 32), too few for 4 ranks of 32:
+#    keep_global_batch=false trains 4 x 32 (its learning rate scaled linearly).
+ctsm=$(dirname "$0")/../../examples/slurm/ctsm.sbatch
+out=$tmp/5.out
+PATH=$(dirname "$run"):$(dirname "$train"):$PATH CONFIG=$src/configs/ctsm-tiny.toml \
+  OUT=$tmp/ctsm timeout 200 sbatch --wait -N2 --ntasks-per-node=2 --output="$out" "$ctsm" \
+  --set train.keep_global_batch=false >"$tmp/5.sbatch" 2>&1
+rc=$?
+[[ -f $out ]] || cp "$tmp/5.sbatch" "$out"
+if [[ $rc == 0 ]] && has "$out" "lockstep-run: Slurm (" && has "$out" " x 4 ranks " &&
+  [[ -s $tmp/ctsm/export/ctsm.pt && -s $tmp/ctsm/summary.json ]]; then
+  pass "sbatch examples/slurm/ctsm.sbatch (ctsm-tiny): 4 ranks trained and exported ($(grep -m1 -o 'effective batch: .*' "$out"))"
+else
+  fail "sbatch examples/slurm/ctsm.sbatch (ctsm-tiny) (rc $rc)"
+fi
 
 echo "$passes passed, $failures failed"
 [[ $failures == 0 ]]

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
-#include <cstdlib>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -73,8 +72,9 @@ std::vector<std::vector<int>> p2p_rings(const ProcessGroup& pg) {
   std::vector<int> all(p);
   std::iota(all.begin(), all.end(), 0);
   if (pg.backend_name() != "hier") return {all};
-  const char* lws = std::getenv("LOCAL_WORLD_SIZE");
-  const int L = lws ? std::atoi(lws) : p;
+  // Ranks per node as init() read them, from whichever launcher started the job
+  // (LOCAL_WORLD_SIZE under lockstep-run, OMPI_COMM_WORLD_LOCAL_SIZE under mpirun, ...).
+  const int L = comm::LaunchEnv::from_environment().local_world_size;
   std::vector<int> node, across;
   for (int q = 0; q < p; ++q) {
     if (q / L == r / L) node.push_back(q);
