@@ -325,9 +325,12 @@ LaunchEnv LaunchEnv::from_environment() {
 
 std::string LaunchEnv::describe() const {
   if (contract == "none") return "lockstep: no launcher's environment: 1 process";
+  // Under mpirun the store's address travels over MPI (init(); docs/mpi.md).
+  const bool via_mpi = launcher == "mpirun" && world_size > 1;
   return detail::concat("lockstep: launched by ", contract, " (", source, "): rank ", rank, " of ",
                         world_size, ", local rank ", local_rank, " of ", local_world_size,
-                        ", master ", master_addr, ":", master_port,
+                        via_mpi ? std::string(", store address from MPI")
+                                : detail::concat(", master ", master_addr, ":", master_port),
                         job_id.empty() ? std::string() : ", job " + job_id);
 }
 
