@@ -1,7 +1,6 @@
 // init()'s rendezvous: rank 0's store, the handshake, the join (rendezvous.h).
 #include "comm/rendezvous.h"
 
-#include <lockstep/env_contract.h>
 #include <lockstep/error.h>
 
 #include "comm/backend_factories.h"
@@ -93,9 +92,9 @@ StorePtr connect_store(const LaunchEnv& e, Millis timeout) {
   o.timeout = timeout;
   try {
     auto store = c10::make_intrusive<c10d::TCPStore>(e.master_addr, o);
-    const bool local = is_loopback(e.master_addr) ||
-                       (e.single_node() && e.launcher == lockstep::env::kLauncherName);
-    if (o.isServer && local && !restrict_store_to_loopback(e.master_port))
+    // Only a loopback MASTER_ADDR (lockstep-run's default on one node): ranks that dial the
+    // host's own routable address (a pod's Service name) arrive on another device.
+    if (o.isServer && is_loopback(e.master_addr) && !restrict_store_to_loopback(e.master_port))
       std::fprintf(stderr,
                    "lockstep: warning: could not restrict the rendezvous store on port %d to "
                    "loopback (SO_BINDTODEVICE needs Linux 5.7); it accepts other hosts too\n",

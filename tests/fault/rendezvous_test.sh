@@ -7,7 +7,9 @@
 #  4. a token: ranks without it, or with another one, are refused; a token file must be 0600;
 #  5. multi-node launches (with a token) agree on a job id without --rdzv-id, and differing
 #     --rdzv-id refuse;
-#  6. the default port taken: lockstep-run picks a free one and prints it.
+#  6. the default port taken: lockstep-run picks a free one and prints it;
+#  7. a single-node job whose MASTER_ADDR is the host's routable address (a one-pod
+#     PyTorchJob) forms: the loopback binding applies to a loopback address only.
 # usage: rendezvous_test.sh FAULT_PROGRAM LOCKSTEP_RUN BACKEND      (about 20 s)
 set -u
 prog=$1; run=$2; backend=$3
@@ -168,6 +170,17 @@ if [ $rfree = 0 ] && has "$tmp/free" "port 29500 is in use; rendezvous on free p
   pass "6. $(grep -o 'port 29500 is in use.*' "$tmp/free")"
 else
   fail "6. default port taken: rc $rfree: $(cat "$tmp/free")"
+fi
+
+# 7. One node, MASTER_ADDR the host's own routable address.
+addr=$(hostname -I 2>/dev/null | awk '{print $1}')
+if [ -z "$addr" ]; then
+  echo "SKIP 7. this host has no address besides loopback"
+elif "$run" --nproc-per-node 2 --master-addr "$addr" --master-port "$(port)" "$prog" join \
+  >"$tmp/routable" 2>&1; then
+  pass "7. one node with MASTER_ADDR=$addr (not loopback) forms its job"
+else
+  fail "7. one node with MASTER_ADDR=$addr: $(tail -3 "$tmp/routable")"
 fi
 
 echo "$passes passed, $failures failed"
