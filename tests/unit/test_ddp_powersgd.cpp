@@ -151,7 +151,7 @@ TEST(PowerSgd, OneRankErrorIsWhatTheApproximationLeftOut) {
   auto hook = powersgd_hook(state);
   GradBucket b = bucket_of({{16, 24}, {24}}, at::kDouble);
   for (int step = 0; step < 3; ++step) run(hook, b);
-  at::Tensor in = b.buffer.clone().normal_();
+  at::Tensor in = at::randn_like(b.buffer);
   b.buffer.copy_(in);
   at::Tensor carried = state->bucket(0)->error.clone();
   run(hook, b);
@@ -191,7 +191,7 @@ TEST(PowerSgd, NonFiniteStepDoesNotPoisonTheNext) {
   EXPECT_TRUE(b.buffer.isnan().any().item<bool>());
   EXPECT_FALSE(state->bucket(0)->error.defined());
   EXPECT_FALSE(state->bucket(0)->q.defined());
-  b.buffer.normal_();
+  b.buffer.copy_(at::randn_like(b.buffer));
   run(hook, b);
   EXPECT_TRUE(b.buffer.isfinite().all().item<bool>());
   EXPECT_TRUE(state->bucket(0)->error.isfinite().all().item<bool>());
