@@ -81,11 +81,12 @@ std::shared_ptr<ProcessGroup> init_split(int color, const InitOptions& options) 
 std::shared_ptr<ProcessGroup> make_group(const StorePtr& store, const InitOptions& options,
                                          const std::string& key_prefix) {
   const LaunchEnv e = options.env ? *options.env : LaunchEnv::from_environment();
-  std::string backend = options.backend;
-  if (backend == "auto")
-    if (const char* b = env_value(lockstep::env::kBackend)) backend = b;
-  if (backend == "auto") backend = e.single_node() ? "shm" : "gloo";
-  backend = resolve_backend(backend, e);  // a known name, or a ConfigError listing them
+  // auto (without LOCKSTEP_BACKEND) means shm on one node, else gloo: the two that need no
+  // rendezvous of their own. resolve_backend reads LOCKSTEP_BACKEND and checks the name.
+  const char* named = env_value(lockstep::env::kBackend);
+  const bool pick = options.backend == "auto" && (!named || std::string(named) == "auto");
+  const std::string backend =
+      resolve_backend(pick ? (e.single_node() ? "shm" : "gloo") : options.backend, e);
   if (backend == "hier" || backend == "mpi")
     throw ConfigError(
         detail::concat("make_group builds shm, gloo or nccl groups over the "
