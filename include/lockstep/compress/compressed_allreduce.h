@@ -129,6 +129,8 @@ class CompressedAllreduce {
   int world_size() const { return world_; }
   const QsgdOptions& options() const { return opts_; }
   uint64_t steps() const { return step_; }
+  // Resume: the next call counts as call `steps` (the rounding decisions follow the count).
+  void set_steps(uint64_t steps) { step_ = steps; }
   // Digest of the options and plan that shape the messages (compared across ranks).
   int64_t fingerprint() const;
 
