@@ -1,5 +1,7 @@
 #include "train/checkpointer.h"
 
+#include "train/diloco_support.h"
+
 #include <lockstep/env_contract.h>
 #include <lockstep/train/atomic_file.h>
 
@@ -243,6 +245,17 @@ void Checkpointer::check_compatible(const std::string& dir, const json& meta) co
                       "\" (" + (sharded ? "sharded" : "full") +
                       " model and optimizer files); this run has strategy.kind = \"" +
                       cfg_.strategy.kind + "\": resume with the kind that wrote it");
+  const bool replicas = meta.value("strategy", std::string("ddp")) == "diloco";
+  if (replicas != (diloco_ != nullptr))
+    throw ConfigError(dir + ": written with strategy.kind = \"" +
+                      meta.value("strategy", std::string("ddp")) +
+                      "\"; this run has strategy.kind = \"" + cfg_.strategy.kind +
+                      "\": resume with the kind that wrote it");
+  if (replicas && meta.at("world_size").get<int>() != ctx_.world)
+    throw ConfigError(detail::concat(
+        dir, ": written by ", meta.at("world_size").get<int>(),
+        " DiLoCo replicas (ranks), whose parameters differ inside a round; this run has ",
+        ctx_.world, ": resume on ", meta.at("world_size").get<int>(), " ranks"));
   // Any world size: full files load anywhere and FSDP reshards; the data position is the
   // step's fraction of the epoch on every rank's new part (see restore_rng for the RNG).
   const int saved_world = meta.at("world_size").get<int>();
@@ -259,6 +272,7 @@ void Checkpointer::check_compatible(const std::string& dir, const json& meta) co
 // The model and optimizer: rank 0's full copies, or under FSDP the shards of every rank
 // that overlap this one's (read on demand; a missing file is an error naming it).
 void Checkpointer::load_state(const CheckpointReader& ck) {
+  if (diloco_) return load_replica(ck);
   if (!fsdp_) {
     const auto before = shapes_of(*model_);
     load_file(model_, ck, "model.pt");
@@ -276,6 +290,26 @@ void Checkpointer::load_state(const CheckpointReader& ck) {
         &optimizer_);
   } catch (const c10::Error& e) {
     throw_load_error(ck, current, e);
+  }
+}
+
+// DiLoCo: this rank's replica and the outer loop's state (the same world size: checked).
+void Checkpointer::load_replica(const CheckpointReader& ck) {
+  const int r = ctx_.rank;
+  const auto before = shapes_of(*model_);
+  load_file(model_, ck, rank_file_name("model", r));
+  check_shapes(ck, before, shapes_of(*model_));
+  load_file(optimizer_, ck, rank_file_name("optimizer", r));
+  const std::string name = diloco_file_name(r);
+  std::istringstream is(ck.read(name));
+  try {
+    torch::serialize::InputArchive ar;
+    ar.load_from(is);
+    diloco_->load_state(read_named(ar));
+  } catch (const c10::Error& e) {
+    throw_load_error(ck, name, e);
+  } catch (const InvalidArgument& e) {
+    throw ConfigError(ck.path(name) + ": " + e.what());
   }
 }
 

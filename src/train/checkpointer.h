@@ -19,6 +19,7 @@
 #include "train/checkpoint_writer.h"
 
 #include <lockstep/numerics/grad_scaler.h>
+#include <lockstep/parallel/diloco/diloco.h>
 #include <lockstep/parallel/fsdp/core.h>
 
 #include <lockstep/train/atomic_file.h>
@@ -93,6 +94,10 @@ class Checkpointer {
   // The loss scaler whose scale and growth tracker go into meta.json and come back on
   // resume (precision.loss_scaling = "dynamic"); null: none.
   void set_scaler(amp::GradScaler* scaler) { scaler_ = scaler; }
+  // The outer loop (strategy.kind = "diloco"), else null: its replicas differ inside a round,
+  // so every rank writes its own model, optimizer and DiLoCo state, and a resume needs the
+  // same world size.
+  void set_diloco(diloco::DiLoCo* outer) { diloco_ = outer; }
 
  private:
   // One file of a save: its name and what writes its bytes.
@@ -107,8 +112,9 @@ class Checkpointer {
     bool committing = false;
   };
   std::string meta_json(int64_t step, double last_loss) const;
-  std::vector<PendingFile> live_files() const;
+  std::vector<PendingFile> live_files();
   std::vector<PendingFile> staged_files();
+  std::vector<PendingFile> replica_files(bool staged);
   void write_files(int64_t step, const std::vector<PendingFile>& files);
   void poll();
   void settle();
@@ -119,6 +125,7 @@ class Checkpointer {
   int64_t load(const std::string& dir);
   void check_compatible(const std::string& dir, const nlohmann::json& meta) const;
   void load_state(const CheckpointReader& ck);
+  void load_replica(const CheckpointReader& ck);
   void restore_rng(const CheckpointReader& ck, int64_t step, int saved_world) const;
 
   const TrainConfig& cfg_;
@@ -128,6 +135,7 @@ class Checkpointer {
   torch::optim::Optimizer& optimizer_;
   fsdp::FSDPCore* fsdp_;
   amp::GradScaler* scaler_ = nullptr;
+  diloco::DiLoCo* diloco_ = nullptr;
   CheckpointStore store_;
   std::string resumed_note_;           // load()'s line for the log, said once every rank succeeded
   std::optional<InFlight> in_flight_;  // the same on every rank

@@ -14,6 +14,8 @@
 //                  committed; wait for rank 0's commit; allreduce its outcome.
 #include "train/checkpointer.h"
 
+#include "train/diloco_support.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
 
@@ -66,8 +68,9 @@ std::string Checkpointer::meta_json(int64_t step, double last_loss) const {
 }
 
 // Sync: the writer reads the model and optimizer themselves (the step waits for it).
-std::vector<Checkpointer::PendingFile> Checkpointer::live_files() const {
+std::vector<Checkpointer::PendingFile> Checkpointer::live_files() {
   std::vector<PendingFile> files;
+  if (diloco_) return replica_files(false);
   if (fsdp_) {
     files.push_back({fsdp::FSDPCore::sharded_file_name(ctx_.rank), [this](AtomicFileWriter& w) {
                        const std::string b = fsdp_->sharded_state(&optimizer_);
@@ -88,7 +91,9 @@ std::vector<Checkpointer::PendingFile> Checkpointer::live_files() const {
 std::vector<Checkpointer::PendingFile> Checkpointer::staged_files() {
   std::vector<PendingFile> files;
   staging_.begin();
-  if (fsdp_) {
+  if (diloco_) {
+    files = replica_files(true);
+  } else if (fsdp_) {
     std::shared_ptr<FsdpShardSnapshot> s =
         snapshot_fsdp(*fsdp_, *fsdp_layout_, optimizer_, staging_);
     files.push_back({fsdp::FSDPCore::sharded_file_name(ctx_.rank), [s](AtomicFileWriter& w) {
@@ -105,6 +110,36 @@ std::vector<Checkpointer::PendingFile> Checkpointer::staged_files() {
                      }});
   }
   staging_.end();
+  return files;
+}
+
+// DiLoCo: this rank's replica (model, inner optimizer) and the outer loop's state, staged
+// or live. DiLoCo::state() waits for an exchange in flight (its result is part of it).
+std::vector<Checkpointer::PendingFile> Checkpointer::replica_files(bool staged) {
+  std::map<std::string, at::Tensor> st = diloco_->state();
+  std::vector<PendingFile> files;
+  const int r = ctx_.rank;
+  if (staged) {
+    for (auto& [k, v] : st) v = staging_.stage(v);
+    std::shared_ptr<ModuleSnapshot> m = snapshot_module(*model_, staging_);
+    std::shared_ptr<OptimizerSnapshot> o = snapshot_optimizer(optimizer_, staging_);
+    files.push_back({rank_file_name("model", r), [m](AtomicFileWriter& w) {
+                       save_archive(w, [&m](OutputArchive& ar) { m->write(ar); });
+                     }});
+    files.push_back({rank_file_name("optimizer", r), [o](AtomicFileWriter& w) {
+                       save_archive(w, [&o](OutputArchive& ar) { o->write(ar); });
+                     }});
+  } else {
+    files.push_back({rank_file_name("model", r), [this](AtomicFileWriter& w) {
+                       save_archive(w, [this](OutputArchive& ar) { model_->save(ar); });
+                     }});
+    files.push_back({rank_file_name("optimizer", r), [this](AtomicFileWriter& w) {
+                       save_archive(w, [this](OutputArchive& ar) { optimizer_.save(ar); });
+                     }});
+  }
+  files.push_back({diloco_file_name(r), [st](AtomicFileWriter& w) {
+                     save_archive(w, [&st](OutputArchive& ar) { write_named(ar, st); });
+                   }});
   return files;
 }
 

@@ -1,6 +1,7 @@
 // Schema-checked TOML loading: toml++ parses, ConfigSchema (config_schema.h) checks every
 // key of the trainer's sections and of the workload's.
 #include <lockstep/train/config.h>
+#include "train/diloco_support.h"
 
 #include <lockstep/numerics/autocast.h>
 #include <lockstep/parallel/fsdp/options.h>
@@ -75,7 +76,7 @@ std::vector<std::string> sharding_names() {
 }
 
 void declare_strategy_keys(ConfigSchema& s, StrategyConfig& c) {
-  s.one_of("strategy.kind", c.kind, {"single", "ddp", "fsdp"});
+  s.one_of("strategy.kind", c.kind, {"single", "ddp", "fsdp", "diloco"});
   s.one_of("strategy.comm_hook", c.comm_hook, {"none", "bf16", "qsgd", "powersgd"});
   s.i64("strategy.qsgd_bits", c.qsgd_bits, 1, 32);
   s.i64("strategy.qsgd_bucket_size", c.qsgd_bucket_size, 1);
@@ -84,6 +85,14 @@ void declare_strategy_keys(ConfigSchema& s, StrategyConfig& c) {
   s.f64("strategy.powersgd_min_compression_rate", c.powersgd_min_compression_rate, 0);
   s.boolean("strategy.powersgd_error_feedback", c.powersgd_error_feedback);
   s.boolean("strategy.powersgd_warm_start", c.powersgd_warm_start);
+  s.i64("strategy.diloco_inner_steps", c.diloco_inner_steps, 1);
+  s.f64("strategy.diloco_outer_lr", c.diloco_outer_lr, 0);
+  s.f64("strategy.diloco_outer_momentum", c.diloco_outer_momentum, 0);
+  s.boolean("strategy.diloco_nesterov", c.diloco_nesterov);
+  s.i64("strategy.diloco_fragments", c.diloco_fragments, 1);
+  s.i64("strategy.diloco_overlap_steps", c.diloco_overlap_steps, 0);
+  s.f64("strategy.diloco_mixing", c.diloco_mixing, 0);
+  s.one_of("strategy.diloco_compression", c.diloco_compression, {"none", "qsgd"});
   s.one_of("strategy.backend", c.backend, {"auto", "shm", "gloo", "mpi"});
   s.one_of("strategy.sharding", c.sharding, sharding_names());
   s.one_of("strategy.wrap", c.wrap, {"all", "size"});
@@ -207,6 +216,38 @@ void validate_precision_keys(const TrainConfig& c, const toml::table& root) {
                           "' needs memory.activation_checkpointing = true");
 }
 
+// strategy.kind = "diloco": no DDP hook; its keys only with it; their values as
+// diloco::validate checks them (its message names the option, here the key).
+void validate_diloco_keys(const TrainConfig& c, const toml::table& root) {
+  const auto& st = c.strategy;
+  auto at_key = [&](const std::string& k) {
+    const toml::node* n = root["strategy"][k].node();
+    return n ? where(*n) : c.source + ": ";
+  };
+  if (st.kind != "diloco") {
+    for (const auto& [k, v] : *root["strategy"].as_table())
+      if (std::string(k.str()).rfind("diloco_", 0) == 0)
+        throw ConfigError(at_key(std::string(k.str())) + "key 'strategy." + std::string(k.str()) +
+                          "' applies to strategy.kind = \"diloco\" (this run has \"" + st.kind +
+                          "\"): remove it or set kind = \"diloco\"");
+    return;
+  }
+  if (st.comm_hook != "none")
+    throw ConfigError(at_key("comm_hook") + "key 'strategy.comm_hook' = '" + st.comm_hook +
+                      "' is a DDP communication hook; strategy.kind = \"diloco\" exchanges "
+                      "parameters every diloco_inner_steps: set comm_hook = \"none\" (for 4-bit "
+                      "exchanges, diloco_compression = \"qsgd\")");
+  try {
+    diloco::validate(diloco_options(st, 0));
+  } catch (const InvalidArgument& e) {
+    std::string what = e.what();
+    what = what.substr(what.find(": ") + 2);  // "NAME = VALUE: why"
+    const std::string name = what.substr(0, what.find(' '));
+    const std::string key = name.rfind("qsgd_", 0) == 0 ? name : "diloco_" + name;
+    throw ConfigError(at_key(key) + "key 'strategy." + key + "'" + what.substr(name.size()));
+  }
+}
+
 // Checks across the trainer's keys once all are set. `root` gives the offending key's line.
 void validate_trainer_keys(const TrainConfig& c, const toml::table& root) {
   validate_precision_keys(c, root);
@@ -218,6 +259,7 @@ void validate_trainer_keys(const TrainConfig& c, const toml::table& root) {
                       "' is a DDP communication hook; strategy.kind = \"fsdp\" reduce-scatters "
                       "gradients itself: set comm_hook = \"none\" or kind = \"ddp\"");
   }
+  validate_diloco_keys(c, root);
   // PowerSGD keeps per-bucket state, which DDP's bucket rebuild after step 1 would void.
   if (st.comm_hook == "powersgd" && st.powersgd_start_iter < 2 &&
       (st.powersgd_error_feedback || st.powersgd_warm_start)) {

@@ -1,5 +1,6 @@
 #include "train/step_runner.h"
 
+#include "train/diloco_support.h"
 #include "train/fsdp_support.h"
 #include "train/precision_support.h"
 
@@ -31,7 +32,31 @@ StepRunner::StepRunner(const TrainConfig& cfg, Workload& workload,
   } else {
     optimizer_ = make_optimizer(cfg_.optim, model_->parameters());
   }
+  if (cfg_.strategy.kind == "diloco") {
+    LOCKSTEP_CHECK(group_, "strategy.kind = \"diloco\" needs a process group");
+    const auto params = model_->parameters();
+    if (int64_t(params.size()) < cfg_.strategy.diloco_fragments)
+      throw ConfigError(detail::concat(
+          cfg_.source, ": strategy.diloco_fragments = ", cfg_.strategy.diloco_fragments,
+          " but the model has ", params.size(), " parameter tensors (each fragment needs one)"));
+    diloco_ = std::make_unique<diloco::DiLoCo>(
+        group_, params, diloco_options(cfg_.strategy, uint64_t(cfg_.run.seed)));
+  }
 }
+
+void StepRunner::diloco_step(bool last) {
+  if (!diloco_) return;
+  const auto before = diloco_->stats();
+  if (last)
+    diloco_->synchronize();
+  else
+    diloco_->step();
+  stats_.bytes_sent += diloco_->stats().bytes_sent - before.bytes_sent;
+  stats_.exposed_comm_s += diloco_->stats().wait_s - before.wait_s;
+  if (!last) ++stats_.sync_steps;  // per step: bytes_per_step is the round's average
+}
+
+void StepRunner::end_of_training() { diloco_step(true); }
 
 void StepRunner::prepare_precision() {
   if (cfg_.memory.activation_checkpointing && !workload_.supports_activation_checkpointing())
@@ -188,6 +213,7 @@ double StepRunner::step(BatchStream& batches, double lr, int64_t accum, int64_t 
     optimizer_->step();
   }
   if (!go) ++stats_.skipped_steps;
+  diloco_step(false);  // a skipped step counts too: the same count on every rank
   return loss_sum;
 }
 

@@ -9,6 +9,7 @@
 #include <lockstep/numerics/autocast.h>
 #include <lockstep/numerics/grad_scaler.h>
 #include <lockstep/parallel/ddp/ddp.h>
+#include <lockstep/parallel/diloco/diloco.h>
 #include <lockstep/parallel/fsdp/fully_sharded_data_parallel.h>
 #include <lockstep/train/config.h>
 #include <lockstep/train/workload.h>
@@ -58,6 +59,12 @@ class StepRunner {
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   // FSDP's core (kind = "fsdp"), else null: checkpoints and evaluation go through it.
   fsdp::FSDPCore* fsdp() { return fsdp_ ? &fsdp_->core() : nullptr; }
+  // The outer loop (kind = "diloco"; built with the runner: it broadcasts rank 0's
+  // parameters), else null: checkpoints hold its state.
+  diloco::DiLoCo* diloco() { return diloco_.get(); }
+  // Collective, after the last step of training: DiLoCo synchronises every replica (the
+  // evaluation and the final checkpoint see the outer parameters); nothing otherwise.
+  void end_of_training();
   // Wraps the model in DDP with the configured hook (strategy.kind = "ddp"); call after
   // loading a checkpoint: construction broadcasts rank 0's (identical) parameters.
   // `start_step`: the step the run resumes at (PowerSGD's start_iter counts from 0).
@@ -78,6 +85,7 @@ class StepRunner {
   void clip_gradients();
   void prepare_precision();
   bool finite_or_skip(double loss_sum, int64_t step_number);
+  void diloco_step(bool last);
 
   const TrainConfig& cfg_;
   Workload& workload_;
@@ -86,6 +94,7 @@ class StepRunner {
   std::unique_ptr<fsdp::FullyShardedDataParallel<LossCallImpl>> fsdp_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<ddp::DistributedDataParallel<LossCallImpl>> ddp_;
+  std::unique_ptr<diloco::DiLoCo> diloco_;
   std::optional<amp::AutocastOptions> autocast_;
   std::unique_ptr<amp::GradScaler> scaler_;
   CommStats stats_;

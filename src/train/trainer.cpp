@@ -54,7 +54,7 @@ struct Trainer::Impl {
   TrainConfig cfg;
   std::unique_ptr<Workload> workload;
   TrainerOptions opt;
-  std::shared_ptr<comm::ProcessGroup> group;  // set for strategy.kind = "ddp" and "fsdp"
+  std::shared_ptr<comm::ProcessGroup> group;  // set for every strategy.kind but "single"
   RunContext ctx;                             // ctx.group: group when world > 1, else null
   BatchPlan plan;
   std::shared_ptr<torch::nn::Module> model;
@@ -76,7 +76,8 @@ void Trainer::Impl::join_group() {
   const auto env = comm::LaunchEnv::from_environment();
   if (cfg.strategy.kind == "single" && env.world_size > 1)
     throw ConfigError(cfg.source + ": strategy.kind = \"single\" but the job has " +
-                      std::to_string(env.world_size) + " ranks; use \"ddp\" or \"fsdp\"");
+                      std::to_string(env.world_size) +
+                      " ranks; use \"ddp\", \"fsdp\" or \"diloco\"");
   if (cfg.strategy.kind != "single") {
     comm::InitOptions io;
     io.backend = cfg.strategy.backend;
@@ -93,6 +94,14 @@ void Trainer::Impl::join_group() {
 // The log's description of the strategy's settings.
 std::string Trainer::Impl::strategy_detail() const {
   const StrategyConfig& s = cfg.strategy;
+  if (s.kind == "diloco")
+    return detail::concat(", ", s.diloco_inner_steps, " inner steps per round, outer SGD lr ",
+                          s.diloco_outer_lr, " momentum ", s.diloco_outer_momentum,
+                          s.diloco_nesterov ? " (Nesterov)" : "", ", ", s.diloco_fragments,
+                          " fragment(s), overlap ", s.diloco_overlap_steps, " step(s), mixing ",
+                          s.diloco_mixing, ", exchange ",
+                          s.diloco_compression == "qsgd" ? std::to_string(s.qsgd_bits) + "-bit QSGD"
+                                                         : std::string("full precision"));
   if (s.kind != "fsdp") return ", comm hook " + s.comm_hook;
   std::string out = ", sharding " + s.sharding + ", wrap " + s.wrap;
   if (s.wrap == "size") out += " >= " + std::to_string(s.wrap_min_params) + " parameters";
@@ -134,6 +143,7 @@ int Trainer::Impl::run() {
   StepRunner runner(cfg, *workload, model, group);  // FSDP shards here, before loading
   Checkpointer checkpointer(cfg, ctx, plan, model, runner.optimizer(), runner.fsdp());
   checkpointer.set_scaler(runner.scaler());
+  checkpointer.set_diloco(runner.diloco());
   const int64_t start_step = resume_requested() ? checkpointer.resume() : 0;
   runner.wrap_ddp(start_step);  // after loading: DDP broadcasts rank 0's (identical) parameters
   StepLog log(cfg, ctx, plan, start_step);
@@ -166,6 +176,7 @@ LoopResult Trainer::Impl::train_loop(StepRunner& runner, Checkpointer& checkpoin
     r.last_loss = runner.step(*batches, lr, plan.accum, r.step + 1);
     const double dt = now_s() - t0;
     ++r.step;
+    if (r.step == plan.total_steps) runner.end_of_training();  // before the last checkpoint
     log.record(r.step, epoch, r.last_loss, lr, dt);
     checkpointer.after_step(r.step, r.last_loss);  // commits a finished save; saves when due
     const bool stop_now = cfg.train.stop_after_steps > 0 && r.step == cfg.train.stop_after_steps;

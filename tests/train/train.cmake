@@ -58,3 +58,9 @@ set_tests_properties(train_powersgd PROPERTIES LABELS "train;multiprocess" TIMEO
 add_test(NAME train_precision
          COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/precision_test.sh ${TRAIN_TEST_ARGS})
 set_tests_properties(train_precision PROPERTIES LABELS "train;multiprocess" TIMEOUT 300)
+
+# strategy.kind = "diloco": bytes against DDP, Streaming DiLoCo resumed mid-round bit for bit
+# (async and sync checkpoints), world-size and key errors (tests/train/diloco_test.sh).
+add_test(NAME train_diloco
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/diloco_test.sh ${TRAIN_TEST_ARGS})
+set_tests_properties(train_diloco PROPERTIES LABELS "train;multiprocess;diloco" TIMEOUT 300)

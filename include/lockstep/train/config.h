@@ -87,7 +87,7 @@ struct TrainLoopConfig {
 };
 
 struct StrategyConfig {
-  std::string kind = "ddp";        // "single" | "ddp" | "fsdp"
+  std::string kind = "ddp";        // "single" | "ddp" | "fsdp" | "diloco"
   std::string comm_hook = "none";  // "none" | "bf16" | "qsgd" | "powersgd" (DDP only)
   int64_t qsgd_bits = 4;
   int64_t qsgd_bucket_size = 128;
@@ -98,6 +98,18 @@ struct StrategyConfig {
   bool powersgd_error_feedback = true;
   bool powersgd_warm_start = true;
   std::string backend = "auto";  // process group backend
+
+  // kind = "diloco": lockstep::diloco::DiLoCoOptions (docs/thin-links.md). Local SGD is
+  // outer_lr 1, outer_momentum 0, nesterov false. compression "qsgd" uses qsgd_bits and
+  // qsgd_bucket_size.
+  int64_t diloco_inner_steps = 50;
+  double diloco_outer_lr = 0.7;
+  double diloco_outer_momentum = 0.9;
+  bool diloco_nesterov = true;
+  int64_t diloco_fragments = 1;
+  int64_t diloco_overlap_steps = 0;
+  double diloco_mixing = 0.0;
+  std::string diloco_compression = "none";  // "none" | "qsgd"
 
   // FSDP (kind = "fsdp"; ignored otherwise): lockstep::fsdp::FSDPOptions, docs/trainer.md.
   std::string sharding = "full_shard";  // fsdp::parse_strategy's names
