@@ -155,6 +155,7 @@ void declare_trainer_keys(ConfigSchema& s, TrainConfig& c,
   declare_precision_keys(s, c);
   s.one_of("eval.metric", c.eval.metric, gate_metrics);
   s.f64("eval.threshold", c.eval.threshold, 0, 1);
+  s.i64("eval.every_steps", c.eval.every_steps, 0);
   s.i64("checkpoint.every_steps", c.checkpoint.every_steps, 0);
   s.i64("checkpoint.keep", c.checkpoint.keep, 1);
   s.str("checkpoint.dir", c.checkpoint.dir);

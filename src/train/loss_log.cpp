@@ -8,20 +8,24 @@
 
 namespace lockstep::train {
 
-LossLog::LossLog(std::string path, int64_t resume_step) : path_(std::move(path)) {
-  const char* header = "step,epoch,loss,lr,step_s\n";
-  std::string kept = header;
-  if (resume_step > 0 && std::filesystem::exists(path_)) {
-    std::istringstream in(read_file(path_));
+std::FILE* open_csv(const std::string& path, const std::string& header, int64_t resume_step) {
+  std::string kept = header + "\n";
+  if (resume_step > 0 && std::filesystem::exists(path)) {
+    std::istringstream in(read_file(path));
     std::string line;
     std::getline(in, line);  // header
     while (std::getline(in, line))
       if (!line.empty() && std::stoll(line.substr(0, line.find(','))) <= resume_step)
         kept += line + "\n";
   }
-  write_file_atomic(path_, kept);
-  f_ = std::fopen(path_.c_str(), "a");
-  if (!f_) throw Error(path_ + ": cannot open for appending");
+  write_file_atomic(path, kept);
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) throw Error(path + ": cannot open for appending");
+  return f;
+}
+
+LossLog::LossLog(std::string path, int64_t resume_step) : path_(std::move(path)) {
+  f_ = open_csv(path_, "step,epoch,loss,lr,step_s", resume_step);
 }
 
 LossLog::~LossLog() {

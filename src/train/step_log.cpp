@@ -23,6 +23,19 @@ StepLog::StepLog(const TrainConfig& cfg, const RunContext& ctx, const BatchPlan&
       bar_(plan.total_steps, start_step, ctx.rank == 0 && cfg.log.progress) {
   if (ctx.rank == 0 && cfg.log.tensorboard)
     tb_ = std::make_unique<TensorBoardWriter>(cfg.run.out_dir + "/tb", "rank0");
+  if (ctx.rank == 0 && cfg.eval.every_steps > 0)
+    eval_csv_.reset(open_csv(cfg.run.out_dir + "/metrics/eval.csv",
+                             "step,train_s,wall_s,metric,value", start_step));
+}
+
+void StepLog::record_eval(int64_t step, double wall_s, const EvalResult& result) {
+  for (const auto& [name, value] : result.scalars) {
+    if (eval_csv_)
+      std::fprintf(eval_csv_.get(), "%lld,%.6f,%.6f,%s,%.9g\n", (long long)step, train_time_,
+                   wall_s, name.c_str(), value);
+    if (tb_) tb_->add_scalar("eval/" + name, value, step);
+  }
+  if (eval_csv_) std::fflush(eval_csv_.get());
 }
 
 void StepLog::record(int64_t step, int64_t epoch, double loss, double lr, double step_s) {

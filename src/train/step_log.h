@@ -10,6 +10,7 @@
 #include <lockstep/train/tensorboard_writer.h>
 #include <lockstep/train/workload.h>
 
+#include <cstdio>
 #include <memory>
 #include <vector>
 
@@ -23,6 +24,11 @@ class StepLog {
 
   // Step `step` (1-based, just finished) of `epoch` took `step_s` seconds.
   void record(int64_t step, int64_t epoch, double loss, double lr, double step_s);
+  // eval.every_steps: the evaluation after step `step` (rank 0 writes it; every rank may
+  // call): rows "step,train_s,wall_s,metric,value" of metrics/eval.csv, one per scalar, with
+  // the seconds spent in steps so far and `wall_s` (the loop's elapsed time, evaluations
+  // included), and TensorBoard's eval/<name>.
+  void record_eval(int64_t step, double wall_s, const EvalResult& result);
   void finish() { bar_.finish(); }
 
   TensorBoardWriter* tensorboard() { return tb_.get(); }  // null unless rank 0 with log.tensorboard
@@ -36,6 +42,7 @@ class StepLog {
   int64_t start_step_;
   LossLog loss_log_;
   std::unique_ptr<TensorBoardWriter> tb_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> eval_csv_{nullptr, &std::fclose};
   ProgressBar bar_;
   std::vector<double> epoch_times_;
   double epoch_time_ = 0, train_time_ = 0;

@@ -58,6 +58,7 @@ struct Trainer::Impl {
   RunContext ctx;                             // ctx.group: group when world > 1, else null
   BatchPlan plan;
   std::shared_ptr<torch::nn::Module> model;
+  double t_loop = 0;  // when the training loop began (eval.csv's wall_s counts from it)
 
   int run();
   void join_group();
@@ -66,6 +67,8 @@ struct Trainer::Impl {
   bool resume_requested() const;
   LoopResult train_loop(StepRunner& runner, Checkpointer& checkpointer, StepLog& log,
                         int64_t start_step);
+  EvalResult evaluate();
+  EvalResult evaluate_gathered(StepRunner& runner);
   int finish(const LoopResult& loop, StepRunner& runner, StepLog& log, int64_t start_step,
              double t_start);
   double mean_comm_share(const StepRunner& runner, const StepLog& log) const;
@@ -162,6 +165,7 @@ LoopResult Trainer::Impl::train_loop(StepRunner& runner, Checkpointer& checkpoin
   const LrSchedule schedule(cfg.optim.lr * plan.lr_scale, cfg.schedule.warmup_steps,
                             plan.total_steps, cfg.schedule.min_lr_ratio);
   model->train();
+  t_loop = now_s();
   LoopResult r;
   r.step = start_step;
   int64_t epoch = -1;
@@ -179,6 +183,9 @@ LoopResult Trainer::Impl::train_loop(StepRunner& runner, Checkpointer& checkpoin
     if (r.step == plan.total_steps) runner.end_of_training();  // before the last checkpoint
     log.record(r.step, epoch, r.last_loss, lr, dt);
     checkpointer.after_step(r.step, r.last_loss);  // commits a finished save; saves when due
+    const int64_t every = cfg.eval.every_steps;
+    if (every > 0 && r.step % every == 0 && r.step < plan.total_steps)
+      log.record_eval(r.step, now_s() - t_loop, evaluate_gathered(runner));
     const bool stop_now = cfg.train.stop_after_steps > 0 && r.step == cfg.train.stop_after_steps;
     if (stop_now && r.step < plan.total_steps) {
       r.stopped = true;
@@ -201,6 +208,23 @@ double Trainer::Impl::mean_comm_share(const StepRunner& runner, const StepLog& l
   return share;
 }
 
+// The workload's evaluation (collective: every rank scores its part). Under DiLoCo inside a
+// round each rank scores with its own replica.
+EvalResult Trainer::Impl::evaluate() {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  EvalResult result = workload->evaluate(ctx);
+  model->train();
+  return result;
+}
+
+// evaluate() with FSDP's full parameters gathered for the duration.
+EvalResult Trainer::Impl::evaluate_gathered(StepRunner& runner) {
+  std::optional<fsdp::FSDPCore::FullParamsGuard> full_params;
+  if (runner.fsdp()) full_params.emplace(*runner.fsdp());
+  return evaluate();
+}
+
 // Evaluation (every rank), then the gate, files and summary (rank 0). Under FSDP all of it
 // reads the full parameters, gathered for the duration (FSDPCore::FullParamsGuard).
 int Trainer::Impl::finish(const LoopResult& loop, StepRunner& runner, StepLog& log,
@@ -208,13 +232,8 @@ int Trainer::Impl::finish(const LoopResult& loop, StepRunner& runner, StepLog& l
   std::optional<fsdp::FSDPCore::FullParamsGuard> full_params;
   if (runner.fsdp()) full_params.emplace(*runner.fsdp());
   const double t_eval = now_s();
-  EvalResult result;
-  {
-    torch::NoGradGuard no_grad;
-    model->eval();
-    result = workload->evaluate(ctx);
-    model->train();
-  }
+  const EvalResult result = evaluate();
+  if (cfg.eval.every_steps > 0) log.record_eval(loop.step, t_eval - t_loop, result);
   RunStats s;
   s.eval_time = now_s() - t_eval;
   const GateDecision gate = decide_gate(cfg, result);

@@ -23,13 +23,27 @@ train() {  # OUT_DIR NPROC KIND [ARGS...]
 
 echo "== DDP, then DiLoCo with 6 inner steps per round"
 train ddp 2 ddp || { cat ddp.log; fail "ddp run failed"; }
-train dl 2 diloco --set strategy.diloco_inner_steps=6 || { cat dl.log; fail "diloco run failed"; }
+train dl 2 diloco --set strategy.diloco_inner_steps=6 --set eval.every_steps=6 ||
+  { cat dl.log; fail "diloco run failed"; }
 ddp=$(summary "$W/ddp/summary.json" bytes_per_step)
 dl=$(summary "$W/dl/summary.json" bytes_per_step)
 echo "bytes per step: ddp $ddp, diloco $dl"
 python3 -c "import sys; sys.exit(0 if $dl * 4 < $ddp else 1)" || fail "diloco sent $dl, ddp $ddp"
 grep -q "quality gate passed" dl.log || { cat dl.log; fail "diloco run missed the gate"; }
 finite_losses "$W/dl" > /dev/null || fail "non-finite loss"
+# eval.every_steps = 6: metrics/eval.csv has the AUC after every round (36 steps), the last
+# one the run's final AUC, with the training seconds growing.
+python3 - "$W/dl" <<'PY' || fail "eval.csv does not hold the evaluation curve"
+import csv, json, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1] + "/metrics/eval.csv")) if r["metric"] == "auc"]
+steps = [int(r["step"]) for r in rows]
+train_s = [float(r["train_s"]) for r in rows]
+final = json.load(open(sys.argv[1] + "/summary.json"))["metrics"]["auc"]
+print("eval.csv: auc at steps", steps, "->", [round(float(r["value"]), 4) for r in rows])
+assert steps == [6, 12, 18, 24, 30, 36], steps
+assert train_s == sorted(train_s) and train_s[0] > 0, train_s
+assert abs(float(rows[-1]["value"]) - final) < 1e-6, (rows[-1], final)
+PY
 
 STREAM=(--set strategy.diloco_inner_steps=6 --set strategy.diloco_fragments=3
         --set strategy.diloco_overlap_steps=1 --set strategy.diloco_mixing=0.5

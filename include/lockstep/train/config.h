@@ -126,6 +126,8 @@ struct StrategyConfig {
 struct EvalConfig {
   std::string metric;      // default: the workload's first gate metric
   double threshold = 0.7;  // export only if metric >= threshold
+  // > 0: evaluate every this many steps too (metrics/eval.csv: quality against time).
+  int64_t every_steps = 0;
 };
 
 struct CheckpointConfig {

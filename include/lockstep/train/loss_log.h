@@ -13,6 +13,11 @@
 
 namespace lockstep::train {
 
+// Opens `path` for appending as a CSV with `header` (its first line): for a resumed run
+// (resume_step > 0) the rows whose first column is at most resume_step are kept, the rest
+// dropped; otherwise the file starts anew. Throws Error when it cannot be opened.
+std::FILE* open_csv(const std::string& path, const std::string& header, int64_t resume_step);
+
 class LossLog {
  public:
   LossLog(std::string path, int64_t resume_step);
