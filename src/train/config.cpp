@@ -217,22 +217,15 @@ void validate_precision_keys(const TrainConfig& c, const toml::table& root) {
                           "' needs memory.activation_checkpointing = true");
 }
 
-// strategy.kind = "diloco": no DDP hook; its keys only with it; their values as
-// diloco::validate checks them (its message names the option, here the key).
+// strategy.kind = "diloco": no DDP hook; the diloco_* values as diloco::validate checks them
+// (its message names the option, here the key).
 void validate_diloco_keys(const TrainConfig& c, const toml::table& root) {
   const auto& st = c.strategy;
   auto at_key = [&](const std::string& k) {
     const toml::node* n = root["strategy"][k].node();
     return n ? where(*n) : c.source + ": ";
   };
-  if (st.kind != "diloco") {
-    for (const auto& [k, v] : *root["strategy"].as_table())
-      if (std::string(k.str()).rfind("diloco_", 0) == 0)
-        throw ConfigError(at_key(std::string(k.str())) + "key 'strategy." + std::string(k.str()) +
-                          "' applies to strategy.kind = \"diloco\" (this run has \"" + st.kind +
-                          "\"): remove it or set kind = \"diloco\"");
-    return;
-  }
+  if (st.kind != "diloco") return;  // its keys are ignored otherwise, as FSDP's
   if (st.comm_hook != "none")
     throw ConfigError(at_key("comm_hook") + "key 'strategy.comm_hook' = '" + st.comm_hook +
                       "' is a DDP communication hook; strategy.kind = \"diloco\" exchanges "

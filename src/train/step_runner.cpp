@@ -140,7 +140,7 @@ std::string join(const std::vector<int>& ranks) {
 }  // namespace
 
 // True when the step may go on. The decision is the group's (one small allreduce), so every
-// rank skips, throws or steps alike. With loss scaling the scaler decides (an overflow is
+// rank skips, throws or steps alike (under DiLoCo each replica's own: no collective). With loss scaling the scaler decides (an overflow is
 // expected now and then: skip and back off); else the guard checks the loss and this
 // rank's gradients (under FSDP its shards).
 bool StepRunner::finite_or_skip(double loss_sum, int64_t step_number) {
@@ -157,7 +157,14 @@ bool StepRunner::finite_or_skip(double loss_sum, int64_t step_number) {
   }
   const int flag = (std::isfinite(loss_sum) ? 0 : 2) |
                    (amp::has_non_finite(amp::gradients_of(*optimizer_)) ? 1 : 0);
-  const auto flags = amp::flags_of_ranks(group_.get(), flag);
+  // Under DiLoCo a replica's steps are its own: it decides alone, with no collective a step.
+  std::vector<int> flags;
+  if (diloco_) {
+    flags.assign(size_t(group_->size()), 0);
+    flags[size_t(group_->rank())] = flag;
+  } else {
+    flags = amp::flags_of_ranks(group_.get(), flag);
+  }
   const auto bad = amp::ranks_with_flag(flags);
   if (bad.empty()) return true;
   if (cfg_.train.non_finite == "skip") return false;

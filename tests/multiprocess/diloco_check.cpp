@@ -70,8 +70,7 @@ void inner_step(const Params& p, torch::optim::SGD& opt, int r, int64_t t, torch
 
 double max_diff(const Params& a, const Params& b) {
   double m = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    m = std::max(m, (a[i] - b[i]).abs().max().item<double>());
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, (a[i] - b[i]).abs().max().item<double>());
   return m;
 }
 

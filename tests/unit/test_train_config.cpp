@@ -246,7 +246,9 @@ TEST(TrainConfig, FsdpBadValuesNameKeyLineAndChoices) {
   expect("forward_prefetch = 1\n", "3", "key 'strategy.forward_prefetch' must be a boolean");
   expect("sharding_strategy = \"full_shard\"\n", "3",
          "unknown key 'strategy.sharding_strategy' (known keys in [strategy]: backend, "
-         "backward_prefetch, comm_hook, forward_prefetch, kind, param_dtype, "
+         "backward_prefetch, comm_hook, diloco_compression, diloco_fragments, "
+         "diloco_inner_steps, diloco_mixing, diloco_nesterov, diloco_outer_lr, "
+         "diloco_outer_momentum, diloco_overlap_steps, forward_prefetch, kind, param_dtype, "
          "powersgd_error_feedback, powersgd_min_compression_rate, powersgd_rank, "
          "powersgd_start_iter, powersgd_warm_start, qsgd_bits, qsgd_bucket_size, reduce_dtype, "
          "sharding, wrap, wrap_min_params)");
@@ -318,4 +320,36 @@ TEST(TrainConfig, FsdpRejectsDdpCommHook) {
   EXPECT_NE(m.find("test.toml:2:"), std::string::npos) << m;  // the hook's line, not the --set
   EXPECT_EQ(error_of("[strategy]\nkind = \"fsdp\"\ncomm_hook = \"none\"\n"), "");
   EXPECT_EQ(error_of("[strategy]\nkind = \"ddp\"\ncomm_hook = \"qsgd\"\n"), "");
+}
+
+TEST(TrainConfig, DiLoCoKeys) {
+  // No [strategy] table at all: the defaults (this once crashed the diloco key check).
+  EXPECT_EQ(parse("[run]\nseed = 3\n").config.strategy.kind, "ddp");
+  const StrategyConfig s = parse(R"([strategy]
+kind = "diloco"
+diloco_inner_steps = 20
+diloco_fragments = 4
+diloco_overlap_steps = 2
+diloco_mixing = 0.5
+diloco_compression = "qsgd"
+)")
+                               .config.strategy;
+  EXPECT_EQ(s.diloco_inner_steps, 20);
+  EXPECT_EQ(s.diloco_fragments, 4);
+  EXPECT_EQ(s.diloco_overlap_steps, 2);
+  EXPECT_DOUBLE_EQ(s.diloco_mixing, 0.5);
+  EXPECT_EQ(s.diloco_compression, "qsgd");
+  EXPECT_DOUBLE_EQ(s.diloco_outer_lr, 0.7);
+  // Ignored by the other kinds, as FSDP's keys (a config switches kind with one --set).
+  EXPECT_EQ(parse("[strategy]\nkind = \"ddp\"\ndiloco_fragments = 2\n").config.strategy.kind,
+            "ddp");
+  std::string m = error_of("[strategy]\nkind = \"diloco\"\ndiloco_inner_steps = 4\ndiloco_fragments = 5\n");
+  EXPECT_NE(m.find("test.toml:4:"), std::string::npos) << m;
+  EXPECT_NE(m.find("key 'strategy.diloco_fragments' = 5: must be in [1, inner_steps = 4]"),
+            std::string::npos)
+      << m;
+  m = error_of("[strategy]\nkind = \"diloco\"\ndiloco_outer_momentum = 0.0\n");
+  EXPECT_NE(m.find("key 'strategy.diloco_nesterov' = true needs outer_momentum > 0"),
+            std::string::npos)
+      << m;
 }

@@ -67,7 +67,7 @@ struct DiLoCoOptions {
   int qsgd_bits = 4;
   int64_t qsgd_bucket_size = 128;
   int64_t qsgd_min_layer = 1024;  // parameters with fewer elements go uncompressed
-  uint64_t seed = 0;  // QSGD's rounding (the same on every rank)
+  uint64_t seed = 0;              // QSGD's rounding (the same on every rank)
 
   // Parameter averaging every `inner_steps`: outer SGD with lr 1, no momentum.
   static DiLoCoOptions local_sgd(int64_t inner_steps);
