@@ -25,6 +25,7 @@ Command fsdp_command(CLI::App& bench);
 Command memory_command(CLI::App& bench);
 Command optimizer_command(CLI::App& bench);
 Command train_command(CLI::App& bench);
+Command thin_links_command(CLI::App& bench);
 
 // The option group of flags only workers take (their drivers pass them): CLI11 leaves
 // the group "" out of --help.

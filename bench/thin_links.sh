@@ -2,9 +2,10 @@
 # Time-to-quality across thin links (driven by `lockstep-bench thin-links`, which reads what
 # this leaves in OUT): 2 "hosts" (network namespaces, tests/multihost/netns.sh), one rank
 # each, their links shaped to each RATE; the CTSM job of bench/thin-links.toml trained once
-# per METHOD with eval.every_steps, one lockstep-run per host. Per run, OUT/RATE/LABEL/ holds
-# the trainer's summary.json and metrics/eval.csv, and wire.json the bytes each host's link
-# carried (its interface counters, both ways) and the job's wall time. Needs root (ip netns).
+# per METHOD with eval.every_steps, one lockstep-run per host. OUT/methods.txt lists the
+# labels; per run, OUT/RATE/LABEL/ holds the trainer's summary.json and metrics/eval.csv, and
+# wire.json the bytes each host sent and received (its link's counters) and the job's wall
+# time. Needs root (ip netns): exits 77 (skip) without.
 #
 # usage: bench/thin_links.sh BUILD_DIR OUT
 # env:   RATES="1gbit 100mbit 10mbit"  DELAY=1ms  EVAL_EVERY=31  EXTRA="--set k=v ..."
@@ -37,11 +38,10 @@ mh_setup 2 || exit 1
 unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE LOCKSTEP_JOB_ID
 export LOCKSTEP_TIMEOUT_S=600
 
-# bytes I: what host I's link carried so far, both directions (the root end's counters).
-bytes() {
-  local d=/sys/class/net/$(mh_veth "$1")/statistics
-  echo $(($(cat "$d/rx_bytes") + $(cat "$d/tx_bytes")))
-}
+# sent I / received I: the bytes host I's link carried so far from / to host I (the
+# counters of the link's root end, where the host's sending is received).
+sent() { cat "/sys/class/net/$(mh_veth "$1")/statistics/rx_bytes"; }
+received() { cat "/sys/class/net/$(mh_veth "$1")/statistics/tx_bytes"; }
 
 unshape() {
   local i
@@ -51,6 +51,7 @@ unshape() {
   done
 }
 
+while read -r m; do [[ -n $m ]] && echo "${m%%=*}"; done <<<"$METHODS" > "$out/methods.txt"
 job=0
 for rate in $RATES; do
   unshape
@@ -64,7 +65,7 @@ for rate in $RATES; do
     dir=$out/$rate/$label
     rm -rf "$dir" && mkdir -p "$dir"
     job=$((job + 1))
-    b1=$(bytes 1) b2=$(bytes 2) t0=$(date +%s.%N)
+    s1=$(sent 1) s2=$(sent 2) r1=$(received 1) r2=$(received 2) t0=$(date +%s.%N)
     pids=()
     for i in 1 2; do
       # shellcheck disable=SC2086
@@ -78,9 +79,10 @@ for rate in $RATES; do
     ok=1
     for p in "${pids[@]}"; do wait "$p" || ok=0; done
     t1=$(date +%s.%N)
-    printf '{"rate": "%s", "method": "%s", "ok": %s, "host_bytes": [%s, %s], "wall_s": %s}\n' \
+    printf '{"rate": "%s", "method": "%s", "ok": %s, "host_sent": [%s, %s], "host_received": [%s, %s], "wall_s": %s}\n' \
       "$rate" "$label" "$([[ $ok == 1 ]] && echo true || echo false)" \
-      $(($(bytes 1) - b1)) $(($(bytes 2) - b2)) "$(echo "$t1 - $t0" | bc)" > "$dir/wire.json"
+      $(($(sent 1) - s1)) $(($(sent 2) - s2)) $(($(received 1) - r1)) $(($(received 2) - r2)) \
+      "$(echo "$t1 - $t0" | bc)" > "$dir/wire.json"
     echo "$rate $label: $([[ $ok == 1 ]] && echo done || echo FAILED) in $(echo "$t1 - $t0" | bc | cut -c1-6) s"
     [[ $ok == 1 ]] || tail -5 "$dir/host1.log" "$dir/host2.log"
   done <<<"$METHODS"

@@ -63,7 +63,7 @@ class Chart {
     return kTop + int(std::lround((y_.hi - v) / (y_.hi - y_.lo) * (h() - 1)));
   }
 
-  void axes() {
+  void axes(const ChartLabels& labels) {
     for (double t : ticks(x_, 8)) {
       img_.line(px(t), kTop, px(t), kTop + h() - 1, kGrid);
       img_.text(px(t) - RgbImage::text_width(label(t)) / 2, kTop + h() + 8, label(t), kLabel);
@@ -74,8 +74,9 @@ class Chart {
     }
     img_.line(kLeft, kTop, kLeft, kTop + h() - 1, kAxis);
     img_.line(kLeft, kTop + h() - 1, kLeft + w() - 1, kTop + h() - 1, kAxis);
-    img_.text(kLeft + w() / 2 - RgbImage::text_width("step") / 2, kTop + h() + 28, "step", kAxis);
-    img_.text(8, kTop + 2, "loss", kAxis);
+    img_.text(kLeft + w() / 2 - RgbImage::text_width(labels.x) / 2, kTop + h() + 28, labels.x,
+              kAxis);
+    img_.text(8, kTop + 2, labels.y, kAxis);
   }
 
   void series(const LossSeries& s, Rgb c) {
@@ -87,10 +88,13 @@ class Chart {
                      py(s[0].second) + 1, c);
   }
 
-  void legend(size_t n) {
-    for (size_t i = 0; i < n; ++i) {
-      const std::string name = "rank " + std::to_string(i);
-      const int y = kTop + 10 + int(i) * 18, x = kLeft + w() - 30 - RgbImage::text_width(name);
+  void legend(const std::vector<std::string>& names, bool bottom) {
+    int widest = 0;
+    for (const auto& n : names) widest = std::max(widest, RgbImage::text_width(n));
+    const int top = bottom ? kTop + h() - 10 - int(names.size()) * 18 : kTop + 10;
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::string& name = names[i];
+      const int y = top + int(i) * 18, x = kLeft + w() - 30 - widest;
       img_.line(x - 28, y + 5, x - 8, y + 5, series_color(i), 3);
       img_.text(x, y, name, kLabel);
     }
@@ -125,14 +129,22 @@ Rgb series_color(size_t index) {
   return palette[index % (sizeof palette / sizeof palette[0])];
 }
 
-RgbImage render_loss_plot(const std::vector<LossSeries>& series, int width, int height) {
+RgbImage render_line_chart(const std::vector<LossSeries>& series, const ChartLabels& labels,
+                           int width, int height) {
   RgbImage img(width, height);
   const auto [x, y] = extent(series);
   Chart chart(img, x, y);
-  chart.axes();
+  chart.axes(labels);
   for (size_t i = 0; i < series.size(); ++i) chart.series(series[i], series_color(i));
-  if (series.size() > 1) chart.legend(series.size());
+  if (!labels.names.empty()) chart.legend(labels.names, labels.legend_at_bottom);
   return img;
+}
+
+RgbImage render_loss_plot(const std::vector<LossSeries>& series, int width, int height) {
+  ChartLabels labels;
+  if (series.size() > 1)
+    for (size_t i = 0; i < series.size(); ++i) labels.names.push_back("rank " + std::to_string(i));
+  return render_line_chart(series, labels, width, height);
 }
 
 bool plot_loss_curves(const std::string& metrics_dir, int world_size, const std::string& png) {

@@ -15,9 +15,20 @@ using LossSeries = std::vector<std::pair<double, double>>;
 // The line colours of the series, in order (then repeating).
 Rgb series_color(size_t index);
 
-// A width x height chart: one line per series (series_color(i)), axes with tick labels
-// ("step" across, "loss" up), light grid lines, and a legend "rank i" when there is more
-// than one series. The axes span the data (the loss axis padded by 5%).
+// What a line chart says: the axes' names and the series' names (legend; none: no legend).
+struct ChartLabels {
+  std::string x = "step", y = "loss";
+  std::vector<std::string> names;
+  bool legend_at_bottom = false;  // bottom right instead of top right (for rising curves)
+};
+
+// A width x height chart: one line per series (series_color(i)), axes with tick labels,
+// light grid lines, and a legend. The axes span the data (the vertical one padded by 5%).
+RgbImage render_line_chart(const std::vector<LossSeries>& series, const ChartLabels& labels,
+                           int width = 900, int height = 500);
+
+// The loss chart: "step" across, "loss" up, a legend "rank i" when there is more than one
+// series.
 RgbImage render_loss_plot(const std::vector<LossSeries>& series, int width = 900, int height = 500);
 
 // Plots metrics_dir/loss-rank-R.csv for R < world_size (columns step,epoch,loss,...), one
