@@ -185,19 +185,18 @@ void DiLoCo::start(size_t f) {
   s.due = inner_ + opts_.overlap_steps;
 }
 
-// Waits for fragment f's exchange and leaves the average in its buffer.
-static void complete(at::Tensor& buf, comm::WorkPtr& work, bool& ready,
-                     compress::CompressedAllreduce* qsgd, int world, DiLoCoStats& stats) {
-  if (ready) return;
+// Waits for a fragment's exchange and leaves the average in its buffer (once).
+void DiLoCo::complete(Slot& s) {
+  if (s.ready) return;
   const auto t0 = std::chrono::steady_clock::now();
-  work->wait();
-  work.reset();
-  if (qsgd)
-    qsgd->finish();  // NonFiniteGradient on every rank alike
+  s.work->wait();
+  s.work.reset();
+  if (s.qsgd)
+    s.qsgd->finish();  // NonFiniteGradient on every rank alike
   else
-    buf.div_(world);
-  stats.wait_s += since(t0);
-  ready = true;
+    s.buf.div_(group_->size());
+  stats_.wait_s += since(t0);
+  s.ready = true;
 }
 
 void DiLoCo::outer_step(Slot& s, const at::Tensor& g) {
@@ -215,7 +214,7 @@ void DiLoCo::outer_step(Slot& s, const at::Tensor& g) {
 
 void DiLoCo::apply(size_t f) {
   Slot& s = *slots_[f];
-  complete(s.buf, s.work, s.ready, s.qsgd.get(), group_->size(), stats_);
+  complete(s);
   outer_step(s, s.buf);
   if (opts_.mixing == 0)
     set_local(f, s.anchor);
@@ -263,7 +262,7 @@ std::map<std::string, at::Tensor> DiLoCo::state() {
     int64_t qsgd_calls = s.qsgd ? int64_t(s.qsgd->steps()) : 0;
     st[k + "position"] = at::tensor({s.due, s.started, qsgd_calls}, at::kLong);
     if (s.due >= 0) {
-      complete(s.buf, s.work, s.ready, s.qsgd.get(), group_->size(), stats_);
+      complete(s);
       st[k + "pending"] = s.buf;
     }
   }

@@ -129,6 +129,7 @@ class DiLoCo {
   struct Slot;  // one fragment's buffers and exchange
   void start(size_t f);
   void apply(size_t f);
+  void complete(Slot& s);
   void outer_step(Slot& s, const at::Tensor& avg);
   at::Tensor flat_local(size_t f) const;
   void set_local(size_t f, const at::Tensor& flat);
