@@ -131,6 +131,7 @@ std::optional<int> parse_command_line(CLI::App& app, int argc, const char* const
     } else if (!word.empty() && !subs.empty()) {
       // A word where a subcommand belongs ("lockstep-bench ddpp").
       std::vector<std::string> commands;
+      commands.reserve(subs.size());
       for (const CLI::App* sub : subs) commands.push_back(sub->get_name());
       const std::string near = nearest_flag(word, commands);
       err << who << ": unknown command '" << word << "'"
