@@ -15,7 +15,7 @@
 
 #include <torch/torch.h>
 
-#include <CLI/CLI.hpp>
+#include <lockstep/launch/cli.h>
 
 #include <unistd.h>
 #include <chrono>
@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <string>
 
@@ -303,15 +304,8 @@ int main(int argc, char** argv) {
       "Run it under lockstep-run (or mpirun/Slurm); without a launcher it trains on 1 rank.");
   Flags flags;
   add_flags(app, flags);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success))
-      return app.exit(e);  // --help
-    std::fprintf(stderr, "fashion-mnist-ddp: %s\n%sRun with --help for more information.\n",
-                 e.what(), CLI::Formatter().make_usage(&app, app.get_name()).c_str());
-    return 2;  // usage error
-  }
+  if (auto rc = lockstep::launch::parse_command_line(app, argc, argv, std::cout, std::cerr))
+    return *rc;  // --help: 0; a usage error (the nearest flag, the usage line): 2
   // Line by line even into a pipe, so rank 0's lines keep their order beside the progress
   // bar's on stderr (lockstep-run reads both).
   std::setvbuf(stdout, nullptr, _IOLBF, 0);

@@ -31,9 +31,28 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-// The command-line arguments that look like flags but are none of `app`'s, in order.
-std::vector<std::string> unknown_flags(const CLI::App& app, int argc, const char* const* argv) {
-  const std::vector<std::string> known = flags_of(app);
+// `app` and the subcommands the command line selected, outermost first ("lockstep-bench",
+// "ddp"): after a failed parse, those it got to.
+std::vector<const CLI::App*> selected_chain(const CLI::App& app) {
+  std::vector<const CLI::App*> chain{&app};
+  while (!chain.back()->get_subcommands().empty())
+    chain.push_back(chain.back()->get_subcommands().front());
+  return chain;
+}
+
+// Every flag of the apps in `chain`.
+std::vector<std::string> chain_flags(const std::vector<const CLI::App*>& chain) {
+  std::vector<std::string> out;
+  for (const CLI::App* a : chain) {
+    const std::vector<std::string> f = flags_of(*a);
+    out.insert(out.end(), f.begin(), f.end());
+  }
+  return out;
+}
+
+// The command-line arguments that look like flags but are none of `known`, in order.
+std::vector<std::string> unknown_flags(const std::vector<std::string>& known, int argc,
+                                       const char* const* argv) {
   std::vector<std::string> out;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -95,15 +114,32 @@ std::optional<int> parse_command_line(CLI::App& app, int argc, const char* const
     out << app.help("", CLI::AppFormatMode::All);
     return 0;
   } catch (const CLI::ParseError& e) {
-    const std::vector<std::string> unknown = unknown_flags(app, argc, argv);
+    // The error concerns the innermost subcommand the command line reached, if any.
+    const std::vector<const CLI::App*> chain = selected_chain(app);
+    const CLI::App& target = *chain.back();
+    std::string who = name;
+    for (std::size_t i = 1; i < chain.size(); ++i) who += " " + chain[i]->get_name();
+    const std::vector<std::string> known = chain_flags(chain);
+    const std::vector<std::string> unknown = unknown_flags(known, argc, argv);
+    const std::string word = target.remaining().empty() ? "" : target.remaining().front();
+    const std::vector<const CLI::App*> subs =
+        target.get_subcommands([](const CLI::App* a) { return !a->get_name().empty(); });
     if (!unknown.empty()) {
-      const std::string near = nearest_flag(unknown.front(), flags_of(app));
-      err << name << ": unknown option '" << unknown.front() << "'"
+      const std::string near = nearest_flag(unknown.front(), known);
+      err << who << ": unknown option '" << unknown.front() << "'"
+          << (near.empty() ? "" : "; did you mean '" + near + "'?") << "\n";
+    } else if (!word.empty() && !subs.empty()) {
+      // A word where a subcommand belongs ("lockstep-bench ddpp").
+      std::vector<std::string> commands;
+      commands.reserve(subs.size());
+      for (const CLI::App* sub : subs) commands.push_back(sub->get_name());
+      const std::string near = nearest_flag(word, commands);
+      err << who << ": unknown command '" << word << "'"
           << (near.empty() ? "" : "; did you mean '" + near + "'?") << "\n";
     } else {
-      err << name << ": " << e.what() << "\n";
+      err << who << ": " << e.what() << "\n";
     }
-    err << usage_line(app) << "\n";
+    err << usage_line(app) << "\n";  // help() reaches the selected subcommand's usage
     return kExitUsage;
   }
 }

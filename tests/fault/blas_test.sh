@@ -10,12 +10,7 @@ RUN=${2:?usage: $0 fault_program lockstep-run FAKE_BLAS_DIR}
 FAKE=${3:?usage: $0 fault_program lockstep-run FAKE_BLAS_DIR}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-FAILS=0
-check() {  # check "what" command...
-  if "${@:2}"; then echo "  ok   $1"; else echo "  FAIL $1"; FAILS=$((FAILS + 1)); fi
-}
-has() { grep -qF -- "$2" "$1"; }
-not_has() { ! grep -qF -- "$2" "$1"; }
+source "$(dirname "$0")/../lib/checks.sh"
 show() { echo "--- $1:"; cat "$TMP/$1.err"; }
 
 # What lockstep-run's ranks run, as init() reports it under LOCKSTEP_DEBUG.
@@ -32,7 +27,7 @@ if has "$TMP/a.err" "OpenBLAS" ; then
 else
   echo "  (this libtorch loads no OpenBLAS: nothing to check)"
 fi
-[ "$FAILS" = 0 ] || show a
+[ "$failures" = 0 ] || show a
 
 # A user's OPENBLAS_CORETYPE below the CPU: lockstep-run keeps it, init() says what to set.
 if grep -qwE 'avx|avx2|avx512f' /proc/cpuinfo && has "$TMP/a.err" "OpenBLAS"; then
@@ -43,7 +38,7 @@ if grep -qwE 'avx|avx2|avx512f' /proc/cpuinfo && has "$TMP/a.err" "OpenBLAS"; th
   check "lockstep-run keeps the user's value" not_has "$TMP/b.err" "setting OPENBLAS_CORETYPE"
   check "init() names the setting and the fix" \
     grep -qE 'OPENBLAS_CORETYPE=Prescott selects its Prescott kernels on a CPU with .*start the ranks with OPENBLAS_CORETYPE=[A-Za-z]+' "$TMP/b.err"
-  [ "$FAILS" = 0 ] || show b
+  [ "$failures" = 0 ] || show b
 fi
 # An OpenBLAS that misdetects the CPU (the stand-in): lockstep-run sets the core type for
 # every rank and says so, on any CPU with AVX or more.
@@ -62,7 +57,6 @@ if grep -qwE 'avx|avx2|avx512f' /proc/cpuinfo; then
     >"$TMP/d.out" 2>"$TMP/d.err"
   check "a user's value stands" grep -qx '\[rank 0\] core=Haswell' "$TMP/d.out"
   check "and nothing is said" not_has "$TMP/d.err" "OPENBLAS_CORETYPE"
-  [ "$FAILS" = 0 ] || { show c; cat "$TMP/c.out"; }
+  [ "$failures" = 0 ] || { show c; cat "$TMP/c.out"; }
 fi
-echo "$FAILS failed"
-[ "$FAILS" = 0 ]
+finish

@@ -11,16 +11,13 @@ prog=$1; run=$2; backend=$3
 timeout_s=4
 export LOCKSTEP_BACKEND=$backend LOCKSTEP_TIMEOUT_S=$timeout_s MASTER_ADDR=127.0.0.1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-failures=0
-passes=0
-pass() { echo "PASS $*"; passes=$((passes + 1)); }
-fail() { echo "FAIL $*"; failures=$((failures + 1)); }
-port() { echo $((20000 + (RANDOM * 7 + $$) % 30000)); }
+source "$(dirname "$0")/../lib/checks.sh"
+tally_tag="[$backend]"
 shm_count() { ls /dev/shm 2>/dev/null | grep -c '^lockstep-' ; }
 shm_before=$(shm_count)
 
 # 1. Survivors raise CommError within 2x the timeout.
-export MASTER_PORT=$(port) WORLD_SIZE=3 LOCAL_WORLD_SIZE=3
+export MASTER_PORT=$(free_port) WORLD_SIZE=3 LOCAL_WORLD_SIZE=3
 start=$(date +%s.%N)
 for r in 0 1 2; do
   RANK=$r LOCAL_RANK=$r "$prog" kill-mid-collective 2>"$tmp/err$r" &
@@ -30,19 +27,19 @@ for r in 0 1 2; do wait "${pids[$r]}"; codes[$r]=$?; done
 elapsed=$(echo "$(date +%s.%N) - $start" | bc)
 for r in 0 1; do
   if [[ ${codes[$r]} -eq 3 ]] && grep -q "caught CommError" "$tmp/err$r"; then
-    pass "[$backend] rank $r raised: $(grep -o 'caught CommError.*' "$tmp/err$r" | cut -c1-220)"
+    pass "rank $r raised: $(grep -o 'caught CommError.*' "$tmp/err$r" | cut -c1-220)"
   else
-    fail "[$backend] rank $r exited ${codes[$r]} without CommError: $(cat "$tmp/err$r")"
+    fail "rank $r exited ${codes[$r]} without CommError: $(cat "$tmp/err$r")"
   fi
 done
 if (( $(echo "$elapsed < 2 * $timeout_s + 3" | bc) )); then  # + start-up of 3 processes
-  pass "[$backend] survivors finished in ${elapsed}s (timeout ${timeout_s}s)"
+  pass "survivors finished in ${elapsed}s (timeout ${timeout_s}s)"
 else
-  fail "[$backend] survivors took ${elapsed}s, more than twice the ${timeout_s}s timeout"
+  fail "survivors took ${elapsed}s, more than twice the ${timeout_s}s timeout"
 fi
-[[ ${codes[2]} -eq 137 ]] && pass "[$backend] victim died by SIGKILL" || fail "victim exit ${codes[2]}"
-if [[ $(shm_count) -le $shm_before ]]; then pass "[$backend] no shared-memory segment left"
-else fail "[$backend] /dev/shm has leftovers: $(ls /dev/shm | grep '^lockstep-')"; fi
+[[ ${codes[2]} -eq 137 ]] && pass "victim died by SIGKILL" || fail "victim exit ${codes[2]}"
+if [[ $(shm_count) -le $shm_before ]]; then pass "no shared-memory segment left"
+else fail "/dev/shm has leftovers: $(ls /dev/shm | grep '^lockstep-')"; fi
 unset WORLD_SIZE LOCAL_WORLD_SIZE MASTER_PORT
 
 # 2. Under lockstep-run: non-zero exit naming the rank and the signal.
@@ -50,34 +47,33 @@ unset WORLD_SIZE LOCAL_WORLD_SIZE MASTER_PORT
   >"$tmp/out" 2>"$tmp/err"
 code=$?
 if [[ $code -ne 0 ]] && grep -q "rank 2" "$tmp/err" && grep -qi "signal 9\|SIGKILL" "$tmp/err"; then
-  pass "[$backend] lockstep-run exited $code naming rank 2 and SIGKILL"
+  pass "lockstep-run exited $code naming rank 2 and SIGKILL"
 else
-  fail "[$backend] lockstep-run exit $code; stderr: $(tail -5 "$tmp/err")"
+  fail "lockstep-run exit $code; stderr: $(tail -5 "$tmp/err")"
 fi
 
 # 3. A rank that never joins.
-export MASTER_PORT=$(port) WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 LOCKSTEP_TIMEOUT_S=3
+export MASTER_PORT=$(free_port) WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 LOCKSTEP_TIMEOUT_S=3
 for r in 0 1; do RANK=$r LOCAL_RANK=$r "$prog" join 2>"$tmp/join$r" & pids[$r]=$!; done
 for r in 0 1; do
   wait "${pids[$r]}"; c=$?
   if [[ $c -ne 0 ]] && grep -q "missing rank(s) 2" "$tmp/join$r"; then
-    pass "[$backend] rank $r: $(grep -o 'rendezvous.*' "$tmp/join$r" | head -1 | cut -c1-160)"
+    pass "rank $r: $(grep -o 'rendezvous.*' "$tmp/join$r" | head -1 | cut -c1-160)"
   else
-    fail "[$backend] rank $r exit $c: $(cat "$tmp/join$r")"
+    fail "rank $r exit $c: $(cat "$tmp/join$r")"
   fi
 done
 
 # 4. MASTER_PORT in use: a second rank 0 on the same port.
-export MASTER_PORT=$(port) WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 LOCKSTEP_TIMEOUT_S=5
+export MASTER_PORT=$(free_port) WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 LOCKSTEP_TIMEOUT_S=5
 RANK=0 LOCAL_RANK=0 "$prog" join >/dev/null 2>&1 & holder=$!
 sleep 1
 RANK=0 LOCAL_RANK=0 "$prog" join 2>"$tmp/port"; c=$?
 kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
 if [[ $c -ne 0 ]] && grep -q "port is in use" "$tmp/port"; then
-  pass "[$backend] port in use: $(cut -c1-200 "$tmp/port")"
+  pass "port in use: $(cut -c1-200 "$tmp/port")"
 else
-  fail "[$backend] second rank 0 exit $c: $(cat "$tmp/port")"
+  fail "second rank 0 exit $c: $(cat "$tmp/port")"
 fi
 
-echo "$passes passed, $failures failed"
-[[ $failures -eq 0 ]]
+finish

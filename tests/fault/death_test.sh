@@ -19,18 +19,19 @@ export LOCKSTEP_BACKEND=$backend
 [[ $kind == mpirun-shm ]] && { backend=shm; unset LOCKSTEP_BACKEND MASTER_ADDR; }
 mpirun=0; [[ $kind == mpi || $kind == mpirun-shm ]] && mpirun=1
 tmp=$(mktemp -d); trap '[[ -n ${KEEP:-} ]] || rm -rf "$tmp"' EXIT
-failures=0; passes=0
-pass() { echo "PASS [$kind] $*"; passes=$((passes + 1)); }
-fail() {  # also shows the job's output, once per case, so a rare failure can be read
-  echo "FAIL [$kind] $*"; failures=$((failures + 1))
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../lib/checks.sh
+source "$here/../lib/checks.sh"
+# shellcheck source=../lib/survivors.sh
+source "$here/../lib/survivors.sh"
+tally_tag="[$kind]"
+on_fail() {  # shows the job's output, once per case, so a rare failure can be read
   if [[ -n ${out:-} && -f $out && ${shown:-} != "$out" ]]; then
     sed 's/^/    | /' "$out" | tail -40; shown=$out
   fi
 }
 shm_list() { ls /dev/shm 2>/dev/null | grep -E '^(lockstep-|vader_segment)' | sort; }
 shm_before=$(shm_list)
-now() { date +%s.%N; }
-le() { [[ $(echo "$1 <= $2" | bc) == 1 ]]; }
 
 # case NAME VICTIM SIGNAL OP: one job; sets $out (all output) and $after (exit - death, s).
 case_run() {
@@ -53,21 +54,11 @@ case_run() {
   [[ $rc -eq 124 ]] && fail "$name: the job hung (killed by timeout after 60 s)"
 }
 
-# check_survivors NAME VICTIM OPNAME: every rank but VICTIM raised naming it, the op and #6.
+# check_survivors NAME VICTIM OPNAME: every rank but VICTIM raised naming it, the op and #6
+# within $bound s; the job ended within $bound + 3 s.
 check_survivors() {
-  local name=$1 victim=$2 opname=$3 r line s
-  for r in 0 1 2; do
-    [[ $r == "$victim" ]] && continue
-    line=$(grep -m1 "rank $r caught CommError" "$out")
-    if [[ -z $line ]]; then fail "$name: rank $r printed no CommError"; continue; fi
-    s=$(echo "$line" | sed -E 's/.* ([0-9.]+) s after the death.*/\1/')
-    if echo "$line" | grep -q "$opname #6" && echo "$line" | grep -q "rank $victim" &&
-      le "$s" "$bound"; then
-      pass "$name: rank $r raised ${s} s after the death: $(echo "$line" | sed 's/.*the death: //' | cut -c1-200)"
-    else
-      fail "$name: rank $r: $line"
-    fi
-  done
+  local name=$1 victim=$2 opname=$3
+  survivors_raised "$name" "$out" "$victim" "$opname #6" "$bound" 0 1 2
   if le "$after" $((bound + 3)); then pass "$name: the job ended ${after} s after the death"
   else fail "$name: the job ended only ${after} s after the death"; fi
 }
@@ -161,5 +152,4 @@ leftover=$(comm -13 <(echo "$shm_before") <(shm_list))
 if [[ -z $leftover ]]; then pass "no shared-memory segment left in /dev/shm"
 else fail "/dev/shm leftovers: $leftover"; fi
 
-echo "$passes passed, $failures failed"
-[[ $failures -eq 0 ]]
+finish

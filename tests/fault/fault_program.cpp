@@ -12,12 +12,13 @@
 #include <lockstep/lockstep.h>
 
 #include <ATen/ATen.h>
-#include <CLI/CLI.hpp>
+#include <lockstep/launch/cli.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <string>
 #include <thread>
 
@@ -76,7 +77,7 @@ int die_in_loop(lockstep::comm::ProcessGroup& pg, const LoopOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"fault_program: a rank for the fault tests (tests/fault/*.sh)"};
+  CLI::App app{"fault_program: a rank for the fault tests (tests/fault/*.sh)", "fault_program"};
   std::string mode;
   LoopOptions loop;
   app.add_option("mode", mode, "kill-mid-collective, die-in-loop or join")
@@ -92,12 +93,8 @@ int main(int argc, char** argv) {
   app.add_option("--ready-file", loop.ready_file,
                  "die-in-loop: rank 0 creates it at iteration --at (for a killer outside; "
                  "--victim beyond the world size: nobody kills itself)");
-  app.failure_message(CLI::FailureMessage::help);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a bad command line: message, usage, 2
-  }
+  if (auto rc = lockstep::launch::parse_command_line(app, argc, argv, std::cout, std::cerr))
+    return *rc;
   try {
     auto pg = lockstep::init();
     if (mode == "join") {

@@ -11,18 +11,19 @@ prog=$1; run=$2
 bound=10
 export LOCKSTEP_TIMEOUT_S=60 LOCKSTEP_BACKEND=hier
 tmp=$(mktemp -d); trap '[[ -n ${KEEP:-} ]] || rm -rf "$tmp"' EXIT
-failures=0; passes=0
-pass() { echo "PASS $*"; passes=$((passes + 1)); }
-fail() { echo "FAIL $*"; failures=$((failures + 1)); sed 's/^/    | /' "$out" | tail -30; }
-le() { [[ $(echo "$1 <= $2" | bc) == 1 ]]; }
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../lib/checks.sh
+source "$here/../lib/checks.sh"
+# shellcheck source=../lib/survivors.sh
+source "$here/../lib/survivors.sh"
+on_fail() { sed 's/^/    | /' "$out" | tail -30; }
 
 # case_run NAME VICTIM SIGNAL OP: both nodes' launchers; sets $out and $rcs.
 case_run() {
   local name=$1 victim=$2 sig=$3 op=$4 p i pids=()
   out=$tmp/$name.out; rcs=""
   rm -f "$tmp/death"
-  p=$(port)
+  p=$(free_port)
   for i in 0 1; do
     timeout 60 "$run" --nnodes 2 --node-rank $i --nproc-per-node 2 --master-addr 127.0.0.1 \
       --master-port "$p" --rdzv-id "hier-death-$$-$name" --grace-seconds 2 --notice-seconds 6 \
@@ -34,22 +35,11 @@ case_run() {
   cat "$out.0" "$out.1" >"$out"
 }
 
-# check NAME VICTIM OPNAME: every other rank raised naming the victim, the op and #6, in time;
-# both launchers exited non-zero (and not by the test's timeout).
-check() {
-  local name=$1 victim=$2 opname=$3 r line s
-  for r in 0 1 2 3; do
-    [[ $r == "$victim" ]] && continue
-    line=$(grep -m1 "rank $r caught CommError" "$out")
-    if [[ -z $line ]]; then fail "$name: rank $r printed no CommError"; continue; fi
-    s=$(echo "$line" | sed -E 's/.* ([0-9.]+) s after the death.*/\1/')
-    if echo "$line" | grep -q "\[hier\] $opname #6" && echo "$line" | grep -q "rank $victim" &&
-      le "$s" "$bound"; then
-      pass "$name: rank $r raised ${s} s after the death: $(echo "$line" | sed 's/.*the death: //' | cut -c1-220)"
-    else
-      fail "$name: rank $r: $line"
-    fi
-  done
+# check_case NAME VICTIM OPNAME: every other rank raised naming the victim, the op and #6, in
+# time; both launchers exited non-zero (and not by the test's timeout).
+check_case() {
+  local name=$1 victim=$2 opname=$3
+  survivors_raised "$name" "$out" "$victim" "\[hier\] $opname #6" "$bound" 0 1 2 3
   if [[ $rcs =~ ^\ [1-9][0-9]*\ [1-9][0-9]*$ && ! $rcs =~ 124 ]]; then
     pass "$name: both nodes' lockstep-run exited non-zero ($rcs)"
   else
@@ -58,11 +48,10 @@ check() {
 }
 
 case_run kill-allreduce 3 KILL allreduce  # node 1's second rank
-check kill-allreduce 3 allreduce
+check_case kill-allreduce 3 allreduce
 case_run kill-barrier 1 KILL mixed  # node 0's second rank, while others are in a barrier
-check kill-barrier 1 barrier
+check_case kill-barrier 1 barrier
 case_run stop-allreduce 2 STOP allreduce  # node 1's first rank: only its state shows it
-check stop-allreduce 2 allreduce
+check_case stop-allreduce 2 allreduce
 
-echo "$passes passed, $failures failed"
-[[ $failures -eq 0 ]]
+finish

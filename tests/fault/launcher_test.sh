@@ -6,19 +6,13 @@ RUN=${1:?usage: $0 path/to/lockstep-run}
 RUN=$(cd "$(dirname "$RUN")" && pwd)/$(basename "$RUN")
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-FAILS=0
+source "$(dirname "$0")/../lib/checks.sh"
 # A sleep duration unique to this run, so the leftover-process check only sees our ranks.
 MARK="30.$$"
 
-check() {  # check "what" command...
-  if "${@:2}"; then echo "  ok   $1"; else echo "  FAIL $1"; FAILS=$((FAILS + 1)); fi
-}
-has() { grep -qF -- "$2" "$1"; }
-not_has() { ! grep -qF -- "$2" "$1"; }
-no_leftovers() {  # a SIGKILLed process may take a moment to vanish from the table
-  for _ in 1 2 3 4 5 6 7 8 9 10; do pgrep -f "sleep $MARK" >/dev/null || return 0; sleep 0.1; done
-  return 1
-}
+no_rank_left() { ! pgrep -f "sleep $MARK" >/dev/null; }
+# A SIGKILLed process may take a moment to vanish from the table.
+no_leftovers() { wait_until 1 no_rank_left; }
 now_ms() { date +%s%3N; }
 run() {  # run NAME ARGS...: stdout/stderr to $TMP/NAME.out/.err, exit code to $TMP/NAME.rc
   local name=$1; shift
@@ -142,7 +136,8 @@ check "  ... after 2 starts" has "$TMP/e2.out" "[rank 0] start 1"
 echo "(f) SIGINT to the launcher stops every rank, exit 130"
 "$RUN" --nproc-per-node 2 --grace-seconds 2 sh -c "echo started \$RANK; sleep $MARK" >"$TMP/f.out" 2>"$TMP/f.err" &
 pid=$!
-for _ in $(seq 50); do [ "$(grep -c started "$TMP/f.out")" = 2 ] && break; sleep 0.1; done
+both_started() { [ "$(grep -c started "$TMP/f.out")" = 2 ]; }
+wait_until 5 both_started
 t0=$(now_ms)
 kill -INT $pid
 wait $pid; echo $? >"$TMP/f.rc"
@@ -167,5 +162,4 @@ check "--master-port 0 with --nnodes 2: exit 2" rc_is g3 2
 run h --help
 check "--help: exit 0 with usage" has "$TMP/h.out" "usage: lockstep-run"
 
-if [ $FAILS -ne 0 ]; then echo "launcher_test: $FAILS check(s) FAILED"; exit 1; fi
-echo "launcher_test: all checks passed"
+finish

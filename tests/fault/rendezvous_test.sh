@@ -19,12 +19,8 @@ export LOCKSTEP_BACKEND=$backend LOCKSTEP_TIMEOUT_S=20
 unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE LOCKSTEP_JOB_ID \
   LOCKSTEP_RDZV_TOKEN LOCKSTEP_RDZV_TOKEN_FILE
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
-failures=0
-passes=0
-pass() { echo "PASS [$backend] $*"; passes=$((passes + 1)); }
-fail() { echo "FAIL [$backend] $*"; failures=$((failures + 1)); }
-port() { echo $((20000 + (RANDOM * 7 + $$) % 30000)); }
-has() { grep -qF -- "$2" "$1"; }
+source "$(dirname "$0")/../lib/checks.sh"
+tally_tag="[$backend]"
 
 # A rank 0 of a hand-made 2-rank job on port $1 with job id $2 (more env: the rest), in the
 # background, whose output goes to $tmp/r0; waits until its store listens.
@@ -33,7 +29,7 @@ start_rank0() {
   env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p LOCKSTEP_JOB_ID=$id "$@" \
     "$prog" join >"$tmp/r0" 2>&1 &
   r0_pid=$!
-  for _ in $(seq 50); do ss -ltn 2>/dev/null | grep -q ":$p " && return; sleep 0.1; done
+  wait_until 5 listening "$p"
 }
 # Rank 1 of that job: rank1 NAME PORT ID [ENV...]; output in $tmp/NAME, exit code in $tmp/NAME.rc
 rank1() {
@@ -46,7 +42,7 @@ rc() { cat "$tmp/$1.rc"; }
 
 # 1. Two jobs, same port, started together (3 trials).
 for trial in 1 2 3; do
-  p=$(port)
+  p=$(free_port)
   "$run" --nproc-per-node 2 --master-port "$p" "$prog" join >"$tmp/a$trial" 2>&1 &
   pa=$!
   "$run" --nproc-per-node 2 --master-port "$p" "$prog" join >"$tmp/b$trial" 2>&1 &
@@ -71,7 +67,7 @@ for trial in 1 2 3; do
 done
 
 # 2. + 3. + the right rank joining afterwards.
-p=$(port)
+p=$(free_port)
 start_rank0 "$p" jobA
 if ! command -v ss >/dev/null; then
   echo "SKIP 3. ss is not installed: cannot see which device the store listens on"
@@ -95,7 +91,7 @@ else
 fi
 
 # 4. Token.
-p=$(port)
+p=$(free_port)
 printf 'correct horse\n' >"$tmp/token"; chmod 600 "$tmp/token"
 start_rank0 "$p" jobT LOCKSTEP_RDZV_TOKEN_FILE="$tmp/token"
 rank1 none "$p" jobT
@@ -118,7 +114,7 @@ else
   fail "4. rank with the token: rc $(rc right) / rank 0 $r0: $(cat "$tmp/right" "$tmp/r0")"
 fi
 chmod 644 "$tmp/token"
-rank1 open "$(port)" jobT LOCKSTEP_RDZV_TOKEN_FILE="$tmp/token"
+rank1 open "$(free_port)" jobT LOCKSTEP_RDZV_TOKEN_FILE="$tmp/token"
 if [ "$(rc open)" != 0 ] && has "$tmp/open" "chmod 600"; then
   pass "4. a token file others can read is rejected"
 else
@@ -128,7 +124,7 @@ fi
 # 5. Two "nodes" on this host: the default job id is the same on both; --rdzv-id must match.
 if [ "$backend" = gloo ]; then
   for ids in "same" "differ"; do
-    p=$(port)
+    p=$(free_port)
     id0=(); id1=()
     [ $ids = differ ] && id0=(--rdzv-id one) && id1=(--rdzv-id two)
     LOCKSTEP_RDZV_TOKEN=t5 "$run" --nnodes 2 --node-rank 0 --master-port "$p" "${id0[@]}" \
@@ -176,12 +172,11 @@ fi
 addr=$(hostname -I 2>/dev/null | awk '{print $1}')
 if [ -z "$addr" ]; then
   echo "SKIP 7. this host has no address besides loopback"
-elif "$run" --nproc-per-node 2 --master-addr "$addr" --master-port "$(port)" "$prog" join \
+elif "$run" --nproc-per-node 2 --master-addr "$addr" --master-port "$(free_port)" "$prog" join \
   >"$tmp/routable" 2>&1; then
   pass "7. one node with MASTER_ADDR=$addr (not loopback) forms its job"
 else
   fail "7. one node with MASTER_ADDR=$addr: $(tail -3 "$tmp/routable")"
 fi
 
-echo "$passes passed, $failures failed"
-[ $failures = 0 ]
+finish

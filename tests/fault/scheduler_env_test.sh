@@ -22,11 +22,8 @@ unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_
   GROUP_WORLD_SIZE LOCKSTEP_LAUNCHER LOCKSTEP_JOB_ID LOCKSTEP_RDZV_TOKEN LOCKSTEP_RDZV_TOKEN_FILE \
   TORCHELASTIC_RUN_ID
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
-failures=0; passes=0
-pass() { echo "PASS $*"; passes=$((passes + 1)); }
-fail() { echo "FAIL $*"; failures=$((failures + 1)); sed 's/^/    | /' "$tmp"/out.* | tail -40; }
-has() { grep -qF -- "$2" "$1"; }
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+source "$(dirname "$0")/../lib/checks.sh"
+on_fail() { sed 's/^/    | /' "$tmp"/out.* | tail -40; }
 
 # one_job N: ranks 0..N-1 each joined exactly once over all outputs, and nothing else did.
 one_job() {
@@ -115,7 +112,7 @@ else
 fi
 
 # 5. PyTorchJob pods (training-operator envvar.go with nprocPerNode 2): lockstep-run in each.
-p=$(port)
+p=$(free_port)
 pod() {
   echo KUBERNETES_SERVICE_HOST=10.96.0.1 PYTHONUNBUFFERED=0 MASTER_ADDR=localhost MASTER_PORT=$p \
     WORLD_SIZE=4 RANK=$1 PET_NPROC_PER_NODE=2 PET_NODE_RANK=$1 PET_NNODES=2
@@ -133,7 +130,7 @@ else
 fi
 
 # 6. PyTorchJob before nprocPerNode: WORLD_SIZE = the pods, --nproc-per-node in the command.
-p=$(port)
+p=$(free_port)
 fresh; pids=()
 for i in 0 1; do
   env KUBERNETES_SERVICE_HOST=10.96.0.1 MASTER_ADDR=localhost MASTER_PORT=$p WORLD_SIZE=2 RANK=$i \
@@ -147,7 +144,7 @@ else
 fi
 
 # 7. TrainJob (trainer's torch plugin): PET_* only.
-p=$(port)
+p=$(free_port)
 fresh; pids=()
 for i in 0 1; do
   env KUBERNETES_SERVICE_HOST=10.96.0.1 PET_NNODES=2 PET_NPROC_PER_NODE=2 PET_NODE_RANK=$i \
@@ -161,5 +158,4 @@ else
   fail "trainjob"
 fi
 
-echo "$passes passed, $failures failed"
-[[ $failures == 0 ]]
+finish

@@ -15,20 +15,14 @@ backend=$1; check=$2
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=netns.sh
 source "$here/netns.sh"
+# shellcheck source=../lib/checks.sh
+source "$here/../lib/checks.sh"
 mh_require
 command -v "${MPIRUN:-mpirun}" >/dev/null ||
   { echo "SKIP: '${MPIRUN:-mpirun}' is not installed (OpenMPI's mpirun)"; exit 77; }
 per=2
 world=$((2 * per))
-failures=0
-passes=0
-pass() { echo "PASS [mpirun --hostfile, $backend] $*"; passes=$((passes + 1)); }
-fail() { echo "FAIL [mpirun --hostfile, $backend] $*"; failures=$((failures + 1)); }
-finish() {
-  echo "$passes passed, $failures failed"
-  [[ $failures == 0 ]]
-  exit
-}
+tally_tag="[mpirun --hostfile, $backend]"
 show() { sed 's/^/    | /' "$1" | tail -"${2:-30}"; }
 # Nothing of the caller's launcher leaks in: what the ranks get comes from mpirun's -x.
 unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE LOCKSTEP_JOB_ID \
@@ -36,8 +30,6 @@ unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE LOCKST
 export LOCKSTEP_TIMEOUT_S=${LOCKSTEP_TIMEOUT_S:-60}
 
 mh_setup 2 || { fail "could not set up 2 hosts"; finish; }
-# Bytes that crossed host 2's link: proof the job did not stay on one host.
-rx_bytes() { ip -n "$(mh_ns 2)" -s link show "$MH_IF" | awk '/RX:/ {getline; print $1; exit}'; }
 
 # 1. Where the hostfile puts the ranks.
 out=$MH_DIR/hostname.out
@@ -58,7 +50,7 @@ fi
 # travels over MPI (docs/mpi.md), and is rank 0's host name across hosts.
 env=(-x LOCKSTEP_BACKEND="$backend" -x LOCKSTEP_TIMEOUT_S)
 out=$MH_DIR/collectives.out
-rx0=$(rx_bytes)
+rx0=$(mh_rx_bytes 2)
 t0=$SECONDS
 MH_MPI_TIMEOUT=150 mh_mpirun_hostfile $per "${env[@]}" "$check" >"$out" 2>&1
 rc=$?
@@ -75,8 +67,6 @@ if grep -q "lockstep: launched by OpenMPI/PMIx (.*): rank 0 of $world, local ran
 else
   fail "no 'lockstep: launched by OpenMPI/PMIx ...: rank 0 of $world, local rank 0 of $per' line"
 fi
-rx=$(($(rx_bytes) - rx0))
-if ((rx > 100000)); then pass "host2 received $rx bytes over its link"
-else fail "only $rx bytes crossed host2's link: the job did not span the hosts"; fi
+mh_crossed "$rx0" 2 host2 hosts
 ((failures == 0)) || show "$out"
 finish

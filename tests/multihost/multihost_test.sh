@@ -11,6 +11,8 @@ case_=$1; nhosts=$2; backend=$3; run=$4; prog=$5
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=netns.sh
 source "$here/netns.sh"
+# shellcheck source=../lib/checks.sh
+source "$here/../lib/checks.sh"
 mh_require
 port=29500  # every host has its own port space: no collision with other jobs
 nproc=2
@@ -18,17 +20,7 @@ world=$((nhosts * nproc))
 export LOCKSTEP_BACKEND=$backend LOCKSTEP_TIMEOUT_S=${LOCKSTEP_TIMEOUT_S:-60}
 unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE LOCKSTEP_JOB_ID \
   LOCKSTEP_RDZV_TOKEN LOCKSTEP_RDZV_TOKEN_FILE
-failures=0
-passes=0
-pass() { echo "PASS [$case_ $nhosts hosts, $backend] $*"; passes=$((passes + 1)); }
-fail() { echo "FAIL [$case_ $nhosts hosts, $backend] $*"; failures=$((failures + 1)); }
-finish() {
-  echo "$passes passed, $failures failed"
-  [[ $failures == 0 ]]
-  exit
-}
-now() { date +%s.%N; }
-le() { [[ $(echo "$1 <= $2" | bc) == 1 ]]; }
+tally_tag="[$case_ $nhosts hosts, $backend]"
 show() { sed "s/^/    host$1 | /" "$MH_DIR/host$1.out" | tail -${2:-30}; }
 
 mh_setup "$nhosts" || { fail "could not set up $nhosts hosts"; finish; }
@@ -71,15 +63,13 @@ ranks_ok() {
   done
   return $ok
 }
-# Bytes that crossed host 2's link: proof the job did not stay on one host.
-rx_bytes() { ip -n "$(mh_ns 2)" -s link show "$MH_IF" | awk '/RX:/ {getline; print $1; exit}'; }
 
 case $case_ in
   collectives | ddp)
     # collectives: every collective on every dtype and size against closed-form values;
     # ddp: DDP's parameters equal a single process's training on the whole batch.
     t0=$(now)
-    rx0=$(rx_bytes)
+    rx0=$(mh_rx_bytes 2)
     if [[ $backend == mpi ]]; then
       # mpirun on host 1; the others' orted started in their namespaces by its rsh agent.
       (
@@ -108,9 +98,7 @@ case $case_ in
     else
       grep -h -i -E "max|diff|equal|pass" "$MH_DIR"/host1.out | head -5 | sed 's/^/    /'
     fi
-    rx=$(($(rx_bytes) - rx0))
-    if ((rx > 100000)); then pass "host2 received $rx bytes over its link"
-    else fail "only $rx bytes crossed host2's link: the job did not span the hosts"; fi
+    mh_crossed "$rx0" 2 host2 hosts
     echo "$case_ over $nhosts hosts x $nproc ranks: $(echo "$(now) - $t0" | bc) s"
     ;;
   kill | partition)
@@ -123,7 +111,7 @@ case $case_ in
     if [[ $case_ == kill ]]; then bound=5; else bound=${PARTITION_BOUND:-10}; fi
     launch_all 55 "$prog" die-in-loop --victim 100000 --op allreduce \
       --at 20 --ready-file "$MH_DIR/ready" --death-file "$MH_DIR/death"
-    for _ in $(seq 300); do [[ -f $MH_DIR/ready ]] && break; sleep 0.1; done
+    wait_until 30 test -f "$MH_DIR/ready"
     if [[ ! -f $MH_DIR/ready ]]; then
       fail "the loop never started"
       for i in $(all_hosts); do show "$i"; done

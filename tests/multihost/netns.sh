@@ -16,6 +16,11 @@
 #   mh_kill_host I             SIGKILL every process of host I
 #   mh_link I up|down          take host I's link up or down (a silent partition)
 #   mh_ip I                    host I's address
+#   mh_rx_bytes I              bytes host I's link has received so far
+#   mh_crossed RX0 I NAME KIND PASS if host I's link received over 100 kB since mh_rx_bytes
+#                              gave RX0 (the job spanned the KIND: "hosts", "pods"), else
+#                              FAIL; NAME names host I ("host2", "pod 1"); needs pass and
+#                              fail (tests/lib/checks.sh)
 #   mh_mpirun PER_HOST ARGS... mpirun on host 1 over every host, PER_HOST ranks each: its
 #                              rsh agent starts each host's orted inside that host
 #   mh_mpirun_hostfile PER_HOST ARGS...  the same with --hostfile (host1 slots=PER_HOST ...)
@@ -187,6 +192,13 @@ mh_exec() {
 mh_kill_host() { ip netns pids "$(mh_ns "$1")" | xargs -r kill -9; }
 
 mh_link() { ip link set "$(mh_veth "$1")" "$2"; }
+
+mh_rx_bytes() { ip -n "$(mh_ns "$1")" -s link show "$MH_IF" | awk '/RX:/ {getline; print $1; exit}'; }
+mh_crossed() {
+  local rx=$(($(mh_rx_bytes "$2") - $1))
+  if ((rx > 100000)); then pass "$3 received $rx bytes over its link"
+  else fail "only $rx bytes crossed $3's link: the job did not span the $4"; fi
+}
 
 # OpenMPI's launch agent (plm_rsh_agent), called as `AGENT HOST COMMAND...` where ssh would
 # be: runs the orted command line on host I, named by its address (10.77.0.I, from --host) or

@@ -22,6 +22,8 @@ contract=$1; run=$2; check=$3
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=netns.sh
 source "$here/netns.sh"
+# shellcheck source=../lib/checks.sh
+source "$here/../lib/checks.sh"
 mh_require
 job=ctsm  # the PyTorchJob's / TrainJob's metadata.name
 case $contract in
@@ -44,22 +46,13 @@ case $contract in
 esac
 pods=2
 world=$((pods * per))
-failures=0
-passes=0
-pass() { echo "PASS [pods, $contract] $*"; passes=$((passes + 1)); }
-fail() { echo "FAIL [pods, $contract] $*"; failures=$((failures + 1)); }
-finish() {
-  echo "$passes passed, $failures failed"
-  [[ $failures == 0 ]]
-  exit
-}
+tally_tag="[pods, $contract]"
 show() { sed "s/^/    pod$1 | /" "$MH_DIR/pod$1.out" | tail -"${2:-30}"; }
 
 mh_setup $pods || { fail "could not set up $pods pods"; finish; }
 # The master's Service name -> pod 0 (host 1), as the cluster DNS answers for a headless
 # Service; every pod sees this file as its /etc/hosts (mh_exec bind-mounts it).
 echo "$(mh_ip 1) $master" >>"$MH_DIR/hosts"
-rx_bytes() { ip -n "$(mh_ns 2)" -s link show "$MH_IF" | awk '/RX:/ {getline; print $1; exit}'; }
 
 # operator_env I: what the operator sets in pod I's container (I = 0, 1), one VAR=VALUE a word.
 operator_env() {
@@ -82,7 +75,7 @@ pod_command() {
 }
 
 declare -a pids
-rx0=$(rx_bytes)
+rx0=$(mh_rx_bytes 2)
 t0=$SECONDS
 for ((i = 0; i < pods; i++)); do
   # shellcheck disable=SC2046
@@ -127,8 +120,6 @@ for ((i = 0; i < pods; i++)); do
   if [[ -n $line ]]; then pass "pod $i named the contract: $line"
   else fail "pod $i printed no line matching '$want'"; fi
 done
-rx=$(($(rx_bytes) - rx0))
-if ((rx > 100000)); then pass "pod 1 received $rx bytes over its link"
-else fail "only $rx bytes crossed pod 1's link: the job did not span the pods"; fi
+mh_crossed "$rx0" 2 "pod 1" pods
 ((failures == 0)) || { show 0; show 1; }
 finish

@@ -19,15 +19,14 @@ check=$1; prog=$2; run=$3; train=$4
 src=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=slurm_cluster.sh
 source "$(dirname "$0")/slurm_cluster.sh"
+# shellcheck source=../lib/checks.sh
+source "$(dirname "$0")/../lib/checks.sh"
 slurm_require
-failures=0; passes=0
 case_start=$SECONDS
-pass() { echo "PASS $* ($((SECONDS - case_start)) s)"; passes=$((passes + 1)); case_start=$SECONDS; }
-fail() {
-  echo "FAIL $* ($((SECONDS - case_start)) s)"; failures=$((failures + 1)); case_start=$SECONDS
-  sed 's/^/    | /' "$out" | grep -v '\] \[c10d\] The IPv6 network addresses' | tail -30
-}
-has() { grep -qF -- "$2" "$1"; }
+# Each line with the seconds its case took; a FAIL with the case's output.
+pass() { tally_pass "$* ($((SECONDS - case_start)) s)"; case_start=$SECONDS; }
+fail() { tally_fail "$* ($((SECONDS - case_start)) s)"; case_start=$SECONDS; }
+on_fail() { sed 's/^/    | /' "$out" | grep -v '\] \[c10d\] The IPv6 network addresses' | tail -30; }
 slurm_start
 tmp=$SLURM_DIR
 me=$SLURM_NODE1
@@ -117,5 +116,4 @@ else
   fail "sbatch examples/slurm/ctsm.sbatch (ctsm-tiny) (rc $rc)"
 fi
 
-echo "$passes passed, $failures failed"
-[[ $failures == 0 ]]
+finish

@@ -4,44 +4,41 @@
 //
 // Rank r contributes (r+1) * f(i) with f(i) = i % 7 + 1: small integers, so every
 // sum, max, min and average below is exact in every dtype, uint8 and bfloat16 included.
+#include <lockstep/launch/cli.h>
 #include <lockstep/lockstep.h>
 
 #include <ATen/ATen.h>
-#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <iostream>
 #include <numeric>
 #include <string>
 #include <vector>
+
+#include "tally.h"
 
 namespace {
 
 using namespace lockstep;
 using comm::ReduceOp;
 
-int g_passed = 0;
-int g_failed = 0;
-
 at::Tensor f_times(double scale, int64_t n, int64_t offset, at::ScalarType t) {
   auto i = at::arange(offset, offset + n, at::kLong);
   return ((i.remainder(7) + 1).to(at::kDouble) * scale).to(t);
 }
 
+// Exact: every value here is a small integer in every dtype.
 void expect(const std::string& what, const at::Tensor& got, const at::Tensor& want) {
-  const bool ok = got.numel() == want.numel() &&
-                  (got.numel() == 0 || at::equal(got.to(at::kDouble), want.to(at::kDouble)));
-  if (ok) {
-    ++g_passed;
-    return;
-  }
-  ++g_failed;
-  double diff = got.numel() == want.numel() && got.numel() > 0
-                    ? (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>()
-                    : -1;
-  std::fprintf(stderr, "FAIL %s: max |got - want| = %g (numel %lld vs %lld)\n", what.c_str(), diff,
-               (long long)got.numel(), (long long)want.numel());
+  if (got.numel() != want.numel())
+    return tally::check(what, false,
+                        tally::format("numel %lld vs %lld", static_cast<long long>(got.numel()),
+                                      static_cast<long long>(want.numel())));
+  const double diff = got.numel() == 0
+                          ? 0.0
+                          : (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
+  tally::report(what, diff, 0);
 }
 
 // Point to point around `ring` (job ranks, this rank among them): each sends to the next
@@ -147,19 +144,15 @@ void run_case(ProcessGroup& pg, at::ScalarType t, int64_t n) {
 // Ranks disagree on the size of one allreduce: every rank must raise Mismatch.
 int run_mismatch(ProcessGroup& pg) {
   auto x = at::ones({1000 + pg.rank()}, at::kFloat);
+  const std::string what = "mismatched allreduce raises CommError(Mismatch)";
   try {
     pg.allreduce(x)->wait();
+    tally::check(what, false, "it did not raise");
   } catch (const CommError& e) {
-    if (e.kind() == CommError::Kind::Mismatch) {
-      std::printf("rank %d raised as expected: %s\n", pg.rank(), e.what());
-      std::printf("1 passed, 0 failed\n");
-      return 0;
-    }
-    std::fprintf(stderr, "rank %d raised the wrong kind: %s\n", pg.rank(), e.what());
-    return 1;
+    tally::check(what, e.kind() == CommError::Kind::Mismatch,
+                 std::string(CommError::kind_name(e.kind())) + ": " + e.what());
   }
-  std::fprintf(stderr, "rank %d: mismatched allreduce did not raise\n", pg.rank());
-  return 1;
+  return tally::finish();
 }
 
 }  // namespace
@@ -209,7 +202,8 @@ int die_in_split(ProcessGroup& world, int victim) {
 int main(int argc, char** argv) {
   CLI::App app{
       "collectives_check: every collective on every dtype and size against closed-form "
-      "values, on the group lockstep::init() builds (run under lockstep-run or mpirun)"};
+      "values, on the group lockstep::init() builds (run under lockstep-run or mpirun)",
+      "collectives_check"};
   bool mismatch = false;
   std::string expect_backend;
   int die_victim = -1;
@@ -219,19 +213,16 @@ int main(int argc, char** argv) {
                  "instead: this rank dies during a subgroup's allreduce (see die_in_split)");
   app.add_option("--expect-backend", expect_backend,
                  "also check that init() picked this backend (e.g. shm under mpirun on one node)");
-  app.failure_message(CLI::FailureMessage::help);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a bad command line: message, usage, 2
-  }
+  if (auto rc = lockstep::launch::parse_command_line(app, argc, argv, std::cout, std::cerr))
+    return *rc;
   try {
     auto pg = lockstep::init();
+    tally::rank = pg->rank();
     if (mismatch) return run_mismatch(*pg);
     if (die_victim >= 0) return die_in_split(*pg, die_victim);
     if (!expect_backend.empty())
-      expect("backend is " + expect_backend,
-             at::scalar_tensor(pg->backend_name() == expect_backend), at::scalar_tensor(true));
+      tally::check("backend is " + expect_backend, pg->backend_name() == expect_backend,
+                   "init() picked " + pg->backend_name());
     const at::ScalarType types[] = {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf,
                                     at::kInt,   at::kLong,   at::kByte};
     for (int64_t n : {0L, 1L, 1000L, 1L << 20})
@@ -277,10 +268,7 @@ int main(int argc, char** argv) {
     expect("two groups: first", a, f_times(tri, 4096, 0, at::kFloat));
     expect("two groups: second", b, f_times(2 * tri, 4096, 0, at::kFloat));
     split_groups(*pg);
-    std::printf("rank %d/%d [%s]: %d passed, %d failed\n", pg->rank(), pg->size(),
-                pg->backend_name().c_str(), g_passed, g_failed);
-    if (pg->rank() == 0) std::printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed == 0 ? 0 : 1;
+    return tally::finish("/" + std::to_string(pg->size()) + " [" + pg->backend_name() + "]");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "collectives_check: %s\n", e.what());
     return 1;

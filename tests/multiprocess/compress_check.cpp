@@ -14,20 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "tally.h"
+
 using namespace lockstep::compress;
 
 namespace {
-
-int failures = 0;
-#define EXPECT(cond, ...)                                                 \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      ++failures;                                                         \
-      std::fprintf(stderr, "FAIL %s:%d: %s ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                  \
-      std::fprintf(stderr, "\n");                                         \
-    }                                                                     \
-  } while (0)
 
 // Rank r's input, known to every rank so the expected sum is closed form.
 float input(int r, int64_t i) {
@@ -70,6 +61,7 @@ void check_case(lockstep::ProcessGroup& g, int64_t n, int bits, at::ScalarType d
   // each sender's bucket (quantization #1) + one unit of the sum (quantization #2),
   // plus the output dtype's rounding.
   double worst = 0, max_err = 0;
+  std::string over;  // the first element over its bound, if any
   const int L = (1 << bits) - 1;
   std::vector<std::vector<float>> in;
   in.reserve(size_t(P));
@@ -99,23 +91,26 @@ void check_case(lockstep::ProcessGroup& g, int64_t n, int bits, at::ScalarType d
       const double slack = dt_eps * (std::fabs(exact[size_t(i - b)]) + 1) + 1e-5;
       max_err = std::max(max_err, err);
       if (bound > 0) worst = std::max(worst, (err - slack) / bound);
-      EXPECT(err <= bound + slack, "n=%ld bits=%d %s i=%ld err %.3g bound %.3g", long(n), bits,
-             c10::toString(dt), long(i), err, bound);
+      if (!(err <= bound + slack) && over.empty())
+        over = tally::format("i=%ld err %.3g bound %.3g slack %.3g", long(i), err, bound, slack);
     }
   }
+  const std::string tag = tally::format("n=%ld bits=%d %s %s", long(n), bits, c10::toString(dt),
+                                        average ? "avg" : "sum");
+  tally::check(tag + ": every element within its bound", over.empty(),
+               over.empty() ? tally::format("max err %.3g, worst (err-slack)/bound %.3f (<= 1)",
+                                            max_err, worst)
+                            : over);
   // Every replica must hold identical bits. (n == 0: nothing to compare; the gloo
   // backend of lockstep_comm also rejects 0-element allgathers at the time of writing.)
   if (n == 0) return;
   at::Tensor all = at::empty({P * n}, t.options());
   g.allgather(all, t)->wait();
   for (int r = 0; r < P; ++r)
-    EXPECT(
+    tally::check(
+        tag + tally::format(": replica %d holds rank 0's bits", r),
         std::memcmp(all.data_ptr(), static_cast<char*>(all.data_ptr()) + r * n * t.element_size(),
-                    size_t(n * t.element_size())) == 0,
-        "replica %d differs from rank 0 (n=%ld bits=%d)", r, long(n), bits);
-  if (me == 0 && n > 1000)
-    std::printf("P=%d n=%-7ld bits=%d %-9s %s: max err %.3g, worst (err-slack)/bound %.3f (<= 1)\n",
-                P, long(n), bits, c10::toString(dt), average ? "avg" : "sum", max_err, worst);
+                    size_t(n * t.element_size())) == 0);
 }
 
 void check_mixed_layers_and_nan(lockstep::ProcessGroup& g) {
@@ -138,8 +133,9 @@ void check_mixed_layers_and_nan(lockstep::ProcessGroup& g) {
   for (int64_t i : {3000L, 3063L, 5200L, 5299L, 5150L, 5399L}) {
     double s = 0;
     for (int r = 0; r < P; ++r) s += input(r, i);
-    EXPECT(std::fabs(t[i].item<double>() - s / P) < 1e-5, "plain element %ld: %g vs %g", long(i),
-           t[i].item<double>(), s / P);
+    const double got = t[i].item<double>();
+    tally::check(tally::format("plain element %ld is the exact average", long(i)),
+                 std::fabs(got - s / P) < 1e-5, tally::format("%g vs %g", got, s / P));
   }
   // NaN on the last rank in b.weight: every rank raises, naming the layer.
   {
@@ -154,8 +150,7 @@ void check_mixed_layers_and_nan(lockstep::ProcessGroup& g) {
     named = e.layer();
     if (me == 0) std::printf("NaN reported on every rank: %s\n", e.what());
   }
-  EXPECT(named == "b.weight", "expected NonFiniteGradient naming b.weight, got '%s'",
-         named.c_str());
+  tally::check("NaN: NonFiniteGradient names b.weight", named == "b.weight", "got '" + named + "'");
   // Inf in a plain layer is reported too.
   {
     float* p_ = t.data_ptr<float>();
@@ -168,7 +163,8 @@ void check_mixed_layers_and_nan(lockstep::ProcessGroup& g) {
   } catch (const NonFiniteGradient& e) {
     named = e.layer();
   }
-  EXPECT(named == "a.bias", "expected NonFiniteGradient naming a.bias, got '%s'", named.c_str());
+  tally::check("Inf in a plain layer: NonFiniteGradient names a.bias", named == "a.bias",
+               "got '" + named + "'");
 }
 
 // Several plans in flight at once (as DDP buckets are): issue all, then wait; the results,
@@ -208,13 +204,14 @@ void check_async_overlap(lockstep::ProcessGroup& g) {
   for (auto& w : works) w->wait();
   for (size_t k = 0; k < sizes.size(); ++k) {
     b[k]->finish();
-    EXPECT(at::equal(xa[k], xb[k]),
-           "async pipelined result %zu (%d rounds) differs from the "
-           "blocking one-round one",
-           k, b[k]->rounds());
+    tally::check(
+        tally::format("async pipelined result %zu (%d rounds) == the blocking one-round one", k,
+                      b[k]->rounds()),
+        at::equal(xa[k], xb[k]),
+        tally::format("max diff %g", (xa[k] - xb[k]).abs().max().item<double>()));
   }
-  EXPECT(extra[0].item<float>() == float(P * (P + 1)) / 2, "interleaved allreduce %g",
-         extra[0].item<float>());
+  tally::check("interleaved allreduce", extra[0].item<float>() == float(P * (P + 1)) / 2,
+               tally::format("%g", double(extra[0].item<float>())));
 }
 
 // One pipelined plan over several calls (its helper thread reused, the error-feedback
@@ -232,7 +229,8 @@ void check_pipelined_steps(lockstep::ProcessGroup& g) {
   piped.pipeline_chunk = 1000;
   const std::vector<LayerSpan> layers{{"w", 0, n - 11}, {"bias", n - 11, 11}};
   CompressedAllreduce a(serial, layers, n, P), b(piped, layers, n, P);
-  EXPECT(a.rounds() == 1 && (P == 1 || b.rounds() > 1), "rounds %d and %d", a.rounds(), b.rounds());
+  tally::check("one round, and several pipelined", a.rounds() == 1 && (P == 1 || b.rounds() > 1),
+               tally::format("rounds %d and %d", a.rounds(), b.rounds()));
   for (int step = 0; step < 4; ++step) {
     at::Tensor x = at::empty({n}, at::kFloat);
     {
@@ -242,18 +240,20 @@ void check_pipelined_steps(lockstep::ProcessGroup& g) {
     at::Tensor y = x.clone();
     const auto sa = a.run(g, x, step % 2 == 0).seconds;
     const auto sb = b.run(g, y, step % 2 == 0).seconds;
-    EXPECT(at::equal(x, y), "step %d: pipelined (%d rounds) differs from one round (max diff %g)",
-           step, b.rounds(), (x - y).abs().max().item<double>());
+    tally::check(tally::format("step %d: pipelined (%d rounds) == one round", step, b.rounds()),
+                 at::equal(x, y), tally::format("max diff %g", (x - y).abs().max().item<double>()));
     // Where the time went (AllreduceStats::seconds): every phase of a call that crossed a
     // link took some time (the bias goes in the plain allreduce), one-round and pipelined.
     // On hier only the local rank whose share holds the bias has a plain phase.
     const bool shares = g.backend_name() == "hier";
     for (const auto& s : {sa, sb})
-      EXPECT(P == 1 || (s.encode > 0 && s.alltoall > 0 && s.reduce > 0 && s.reencode > 0 &&
-                        s.allgather > 0 && s.decode > 0 && (s.plain > 0 || shares)),
-             "step %d: phase seconds encode %g alltoall %g reduce %g reencode %g allgather %g "
-             "decode %g plain %g",
-             step, s.encode, s.alltoall, s.reduce, s.reencode, s.allgather, s.decode, s.plain);
+      tally::check(tally::format("step %d: every phase took time", step),
+                   P == 1 || (s.encode > 0 && s.alltoall > 0 && s.reduce > 0 && s.reencode > 0 &&
+                              s.allgather > 0 && s.decode > 0 && (s.plain > 0 || shares)),
+                   tally::format("seconds encode %g alltoall %g reduce %g reencode %g allgather %g "
+                                 "decode %g plain %g",
+                                 s.encode, s.alltoall, s.reduce, s.reencode, s.allgather, s.decode,
+                                 s.plain));
   }
 }
 
@@ -293,11 +293,12 @@ void check_hook_matches_direct(lockstep::ProcessGroup& g) {
     r.work->wait();
     if (r.finish) r.finish();
     direct.run(g, x, /*average=*/false);
-    EXPECT(std::memcmp(x.data_ptr(), bk.buffer.data_ptr(), size_t(n) * 4) == 0,
-           "step %d: hook and direct path differ (max diff %g)", step,
-           (x - bk.buffer).abs().max().item<double>());
-    EXPECT(r.bytes == direct.last_stats().bytes_sent, "hook bytes %ld vs %ld", long(r.bytes),
-           long(direct.last_stats().bytes_sent));
+    tally::check(tally::format("step %d: hook == direct path, bit for bit", step),
+                 std::memcmp(x.data_ptr(), bk.buffer.data_ptr(), size_t(n) * 4) == 0,
+                 tally::format("max diff %g", (x - bk.buffer).abs().max().item<double>()));
+    tally::check(tally::format("step %d: hook bytes == direct path bytes", step),
+                 r.bytes == direct.last_stats().bytes_sent,
+                 tally::format("%ld vs %ld", long(r.bytes), long(direct.last_stats().bytes_sent)));
   }
   {
     float* p_ = bk.buffer.data_ptr<float>();
@@ -312,11 +313,9 @@ void check_hook_matches_direct(lockstep::ProcessGroup& g) {
   } catch (const NonFiniteGradient& e) {
     named = e.layer();
   }
-  EXPECT(named == "fc2.weight", "hook: expected NonFiniteGradient naming fc2.weight, got '%s'",
-         named.c_str());
+  tally::check("hook: NaN: NonFiniteGradient names fc2.weight", named == "fc2.weight",
+               "got '" + named + "'");
   g.barrier()->wait();  // the group survived the NaN report
-  if (me == 0)
-    std::printf("DDP hook (async composite) == direct path, bit for bit; NaN reported\n");
 }
 
 }  // namespace
@@ -324,7 +323,7 @@ void check_hook_matches_direct(lockstep::ProcessGroup& g) {
 int main() {
   try {
     auto g = lockstep::init();
-    const int P = g->size();
+    tally::rank = g->rank();
     for (int64_t n : {0L, 1L, 127L, 128L, 129L, 1000L, 4099L, 100003L})
       for (int bits : {2, 4, 8}) check_case(*g, n, bits, at::kFloat, false);
     check_case(*g, 50001, 1, at::kFloat, true);
@@ -335,10 +334,7 @@ int main() {
     check_pipelined_steps(*g);
     check_hook_matches_direct(*g);
     g->barrier()->wait();
-    if (g->rank() == 0)
-      std::printf("compress_check %s: P=%d backend=%s, %d failures\n",
-                  failures ? "FAILED" : "passed", P, g->backend_name().c_str(), failures);
-    return failures ? 1 : 0;
+    return tally::finish("/" + std::to_string(g->size()) + " [" + g->backend_name() + "]");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "compress_check: %s\n", e.what());
     return 1;

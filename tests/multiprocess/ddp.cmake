@@ -2,7 +2,7 @@
 # Each program computes its single-process reference itself, so it runs
 # standalone under lockstep-run or mpirun. Total well under a minute on 2 cores.
 add_executable(ddp_equivalence ${CMAKE_CURRENT_LIST_DIR}/ddp_equivalence.cpp)
-target_link_libraries(ddp_equivalence PRIVATE lockstep_parallel CLI11::CLI11)
+target_link_libraries(ddp_equivalence PRIVATE lockstep_parallel lockstep_launch CLI11::CLI11)
 
 set(DDP_RUN $<TARGET_FILE:lockstep-run>)
 set(DDP_MPIRUN ${PROJECT_SOURCE_DIR}/scripts/mpirun.sh)

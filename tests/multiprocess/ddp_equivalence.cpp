@@ -12,13 +12,14 @@
 #include <lockstep/lockstep.h>
 #include <lockstep/parallel/ddp/ddp.h>
 
+#include <lockstep/launch/cli.h>
 #include <torch/torch.h>
-#include <CLI/CLI.hpp>
 
 #include "tally.h"
 
 #include <cstdio>
 #include <functional>
+#include <iostream>
 #include <string>
 #include <utility>
 
@@ -322,16 +323,13 @@ void run_mismatch(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
 int main(int argc, char** argv) {
   CLI::App app{
       "ddp_equivalence: DDP over P ranks against one process on the whole batch "
-      "(run under lockstep-run or mpirun)"};
+      "(run under lockstep-run or mpirun)",
+      "ddp_equivalence"};
   bool mismatch = false;
   app.add_flag("--mismatch", mismatch,
                "instead: rank r>0 builds a different model; every rank must raise ModelMismatch");
-  app.failure_message(CLI::FailureMessage::help);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a bad command line: message, usage, 2
-  }
+  if (auto rc = lockstep::launch::parse_command_line(app, argc, argv, std::cout, std::cerr))
+    return *rc;
   try {
     auto pg = lockstep::init();
     tally::rank = pg->rank();
@@ -343,8 +341,7 @@ int main(int argc, char** argv) {
       run_all(pg);
     pg->barrier()->wait();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: unexpected error: %s\n", tally::rank, e.what());
-    ++tally::failed;
+    tally::check("no unexpected error", false, e.what());
   }
   return tally::finish();
 }

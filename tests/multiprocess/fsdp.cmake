@@ -2,7 +2,7 @@
 # computes its single-process reference itself, so it runs standalone under lockstep-run
 # or mpirun.
 add_executable(fsdp_equivalence ${CMAKE_CURRENT_LIST_DIR}/fsdp_equivalence.cpp)
-target_link_libraries(fsdp_equivalence PRIVATE lockstep_parallel CLI11::CLI11)
+target_link_libraries(fsdp_equivalence PRIVATE lockstep_parallel lockstep_launch CLI11::CLI11)
 
 foreach(np 1 2 3 4)
   foreach(backend shm gloo)

@@ -15,8 +15,8 @@
 #include <lockstep/numerics/anyprecision_adamw.h>
 #include <lockstep/parallel/fsdp/fsdp.h>
 
+#include <lockstep/launch/cli.h>
 #include <torch/torch.h>
-#include <CLI/CLI.hpp>
 
 #include "tally.h"
 
@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <iostream>
 #include <optional>
 #include <string>
 
@@ -540,13 +541,14 @@ void load_sharded(const std::shared_ptr<lockstep::ProcessGroup>& pg, const std::
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"FSDP equivalence with a single-process reference"};
+  CLI::App app{"fsdp_equivalence: FSDP against a single-process reference", "fsdp_equivalence"};
   bool mismatch = false;
   std::string save_dir, load_dir;
   app.add_flag("--mismatch", mismatch, "rank > 0 builds a different model: expect ModelMismatch");
   app.add_option("--save-sharded", save_dir, "write a sharded checkpoint and references into DIR");
   app.add_option("--load-sharded", load_dir, "load the checkpoint of --save-sharded from DIR");
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = lockstep::launch::parse_command_line(app, argc, argv, std::cout, std::cerr))
+    return *rc;
   auto pg = lockstep::init();
   tally::rank = pg->rank();
   tally::subject = "fsdp";

@@ -7,30 +7,22 @@
 // Drives the Backend directly from a non-main thread, as a ProcessGroup does.
 
 #include <lockstep/error.h>
+#include <lockstep/launch/cli.h>
 #include "comm/backend_factories.h"
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
 #include <torch/torch.h>
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <iostream>
 #include <thread>
+
+#include "tally.h"
 
 using namespace lockstep;
 using namespace lockstep::comm;
-
-static int failures = 0;
-#define EXPECT(c, ...)                                                \
-  do {                                                                \
-    if (!(c)) {                                                       \
-      ++failures;                                                     \
-      std::fprintf(stderr, "FAIL %s:%d %s ", __FILE__, __LINE__, #c); \
-      std::fprintf(stderr, __VA_ARGS__);                              \
-      std::fprintf(stderr, "\n");                                     \
-    }                                                                 \
-  } while (0)
 
 static LaunchEnv env_from_ompi() {
   LaunchEnv e;
@@ -53,9 +45,16 @@ static OpContext mk(OpKind k, int64_t numel, at::ScalarType dt, double timeout_s
   c.deadline = c.start + c.timeout;
   return c;
 }
-static bool same(const at::Tensor& got, const at::Tensor& want) {
-  if (got.numel() != want.numel()) return false;
-  return got.to(at::kDouble).equal(want.to(at::kDouble));
+// Exact: every value here is a small integer in every dtype.
+static void expect_same(const std::string& what, const at::Tensor& got, const at::Tensor& want) {
+  if (got.numel() != want.numel())
+    return tally::check(what, false,
+                        tally::format("numel %lld vs %lld", static_cast<long long>(got.numel()),
+                                      static_cast<long long>(want.numel())));
+  const double diff = got.numel() == 0
+                          ? 0.0
+                          : (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
+  tally::report(what, diff, 0);
 }
 
 static const at::ScalarType kTypes[] = {at::kFloat, at::kDouble,   at::kInt, at::kLong,
@@ -73,19 +72,19 @@ static void test_all(Backend& b) {
         auto t = ((R + 1) + i % 7).to(dt);
         auto c = mk(OpKind::Allreduce, n, dt);
         b.allreduce(t, ReduceOp::Sum, c);
-        EXPECT(same(t, P * (P + 1) / 2 + P * (i % 7)), "allreduce sum %s", tag.c_str());
+        expect_same("allreduce sum " + tag, t, P * (P + 1) / 2 + P * (i % 7));
       }
       {
         auto t = (R + i % 5).to(dt);
         auto c = mk(OpKind::Allreduce, n, dt);
         b.allreduce(t, ReduceOp::Max, c);
-        EXPECT(same(t, (P - 1) + i % 5), "allreduce max %s", tag.c_str());
+        expect_same("allreduce max " + tag, t, (P - 1) + i % 5);
       }
       {
         auto t = (R + i % 5).to(dt);
         auto c = mk(OpKind::Allreduce, n, dt);
         b.allreduce(t, ReduceOp::Min, c);
-        EXPECT(same(t, i % 5), "allreduce min %s", tag.c_str());
+        expect_same("allreduce min " + tag, t, i % 5);
       }
       // broadcast from the last rank
       {
@@ -93,7 +92,7 @@ static void test_all(Backend& b) {
         auto t = (R == root ? i % 11 : torch::full({n}, 3, torch::kLong)).to(dt);
         auto c = mk(OpKind::Broadcast, n, dt, 60, root);
         b.broadcast(t, root, c);
-        EXPECT(same(t, i % 11), "broadcast %s", tag.c_str());
+        expect_same("broadcast " + tag, t, i % 11);
       }
       // allgather
       {
@@ -102,10 +101,10 @@ static void test_all(Backend& b) {
         auto c = mk(OpKind::Allgather, n, dt);
         b.allgather(out, in, c);
         auto j = torch::arange(P * n, torch::kLong);
-        EXPECT(same(out, (n ? j.div(std::max<int64_t>(n, 1), "floor") * 10 +
-                                  (j % std::max<int64_t>(n, 1)) % 3
-                            : j)),
-               "allgather %s", tag.c_str());
+        expect_same(
+            "allgather " + tag, out,
+            n ? j.div(std::max<int64_t>(n, 1), "floor") * 10 + (j % std::max<int64_t>(n, 1)) % 3
+              : j);
       }
       // reduce_scatter sum and max
       {
@@ -114,11 +113,10 @@ static void test_all(Backend& b) {
         auto out = torch::full({n}, 99, torch::kLong).to(dt);
         auto c = mk(OpKind::ReduceScatter, n, dt);
         b.reduce_scatter(out, in, ReduceOp::Sum, c);
-        EXPECT(same(out, P * (P - 1) / 2 + P * ((R * n + i) % 13)), "reduce_scatter sum %s",
-               tag.c_str());
+        expect_same("reduce_scatter sum " + tag, out, P * (P - 1) / 2 + P * ((R * n + i) % 13));
         auto c2 = mk(OpKind::ReduceScatter, n, dt);
         b.reduce_scatter(out, in, ReduceOp::Max, c2);
-        EXPECT(same(out, (P - 1) + ((R * n + i) % 13)), "reduce_scatter max %s", tag.c_str());
+        expect_same("reduce_scatter max " + tag, out, (P - 1) + ((R * n + i) % 13));
       }
       // alltoall
       {
@@ -129,7 +127,7 @@ static void test_all(Backend& b) {
         b.alltoall(out, in, c);
         auto src = n ? j.div(n, "floor") : j;
         auto off = n ? j % n : j;
-        EXPECT(same(out, src * 16 + (R * n + off) % 16), "alltoall %s", tag.c_str());
+        expect_same("alltoall " + tag, out, src * 16 + (R * n + off) % 16);
       }
       // send/recv ring (even ranks send first)
       if (P > 1) {
@@ -145,7 +143,7 @@ static void test_all(Backend& b) {
           b.recv(r, src, 7, cr);
           b.send(s, dst, 7, cs);
         }
-        EXPECT(same(r, src * 3 + i % 9), "sendrecv %s", tag.c_str());
+        expect_same("sendrecv " + tag, r, src * 3 + i % 9);
       }
       auto c = mk(OpKind::Barrier, 0, at::kFloat);
       b.barrier(c);
@@ -166,12 +164,14 @@ static void test_mismatch(Backend& b) {
     for (int k = 0; k < 2; ++k) {
       auto r = torch::zeros({k == 0 ? 20 : 10});
       auto c = mk(OpKind::Recv, r.numel(), at::kFloat, 10, 0);
+      const std::string what =
+          std::string("recv of a ") + (k == 0 ? "shorter" : "longer") + " message raises Mismatch";
       try {
         b.recv(r, 0, 3 + k, c);
-        EXPECT(false, "recv %d should have failed", k);
+        tally::check(what, false, "it did not raise");
       } catch (const CommError& e) {
-        EXPECT(e.kind() == CommError::Kind::Mismatch, "kind %s", CommError::kind_name(e.kind()));
-        std::printf("rank 1 mismatch %s: %s\n", k == 0 ? "(short)" : "(long)", e.what());
+        tally::check(what, e.kind() == CommError::Kind::Mismatch,
+                     std::string(CommError::kind_name(e.kind())) + ": " + e.what());
       }
     }
   }
@@ -185,14 +185,16 @@ static void expect_timeout_alone(Backend& b, const char* what,
   if (b.size() == 1) return;
   if (b.rank() == 0) {
     auto t0 = Clock::now();
+    const std::string check = std::string(what) + " alone raises Timeout";
     try {
       op(2.0);
-      EXPECT(false, "%s should time out", what);
+      tally::check(check, false, "it did not raise");
     } catch (const CommError& e) {
       double el = std::chrono::duration<double>(Clock::now() - t0).count();
-      EXPECT(e.kind() == CommError::Kind::Timeout, "kind %s", CommError::kind_name(e.kind()));
-      EXPECT(el >= 1.99 && el < 2.5, "elapsed %.3f", el);
-      std::printf("rank 0 %s timeout after %.3f s: %s\n", what, el, e.what());
+      tally::check(check, e.kind() == CommError::Kind::Timeout,
+                   std::string(CommError::kind_name(e.kind())) + ": " + e.what());
+      tally::check(std::string(what) + " raises after its 2 s timeout", el >= 1.99 && el < 2.5,
+                   tally::format("after %.3f s (want [1.99, 2.5))", el));
     }
   } else {
     std::this_thread::sleep_for(std::chrono::seconds(3));
@@ -224,13 +226,15 @@ static void test_abort(Backend& b) {
     });
     auto c = mk(OpKind::Barrier, 0, at::kFloat, 30);
     auto t0 = Clock::now();
+    const std::string what = "abort() ends a waiting barrier with Aborted";
     try {
       b.barrier(c);
-      EXPECT(b.size() == 1, "barrier should abort");
+      tally::check(what, b.size() == 1, "the barrier returned");  // alone: nothing to wait for
     } catch (const CommError& e) {
       double el = std::chrono::duration<double>(Clock::now() - t0).count();
-      EXPECT(e.kind() == CommError::Kind::Aborted, "kind %s", CommError::kind_name(e.kind()));
-      std::printf("rank 0 aborted after %.3f s: %s\n", el, e.what());
+      tally::check(
+          what, e.kind() == CommError::Kind::Aborted,
+          tally::format("%s after %.3f s: %s", CommError::kind_name(e.kind()), el, e.what()));
     }
     killer.join();
   } else
@@ -245,11 +249,11 @@ static void test_chunk(Backend& b) {  // run with LOCKSTEP_MPI_MAX_COUNT=1000
     auto t = ((R + 1) + i % 7).to(dt);
     auto c = mk(OpKind::Allreduce, n, dt);
     b.allreduce(t, ReduceOp::Sum, c);
-    EXPECT(same(t, P * (P + 1) / 2 + P * (i % 7)), "chunked allreduce");
+    expect_same("chunked allreduce " + dtype_name(dt), t, P * (P + 1) / 2 + P * (i % 7));
     auto bt = (R == 0 ? i % 11 : i * 0).to(dt);
     auto cb = mk(OpKind::Broadcast, n, dt, 60, 0);
     b.broadcast(bt, 0, cb);
-    EXPECT(same(bt, i % 11), "chunked bcast");
+    expect_same("chunked broadcast " + dtype_name(dt), bt, i % 11);
   }
   if (P > 1) {
     auto s = (i % 9).to(at::kFloat);
@@ -261,17 +265,18 @@ static void test_chunk(Backend& b) {  // run with LOCKSTEP_MPI_MAX_COUNT=1000
     if (R == 1) {
       auto c = mk(OpKind::Recv, n, at::kFloat, 60, 0);
       b.recv(r, 0, 1, c);
-      EXPECT(same(r, i % 9), "chunked p2p");
+      expect_same("chunked send/recv", r, i % 9);
     }
   }
   auto in = torch::zeros({2000});
   auto out = torch::zeros({int64_t{2000} * P});
   auto c = mk(OpKind::Allgather, 2000, at::kFloat);
+  const std::string what = "an allgather over the count limit is refused";
   try {
     b.allgather(out, in, c);
-    EXPECT(false, "should reject");
+    tally::check(what, false, "it ran");
   } catch (const CommError& e) {
-    if (R == 0) std::printf("large allgather rejected: %s\n", e.what());
+    tally::check(what, true, e.what());
   }
 }
 
@@ -308,7 +313,11 @@ static void test_bench(Backend& b) {
 
 static void test_two_groups(Backend& a, Backend& b2) {
   const int P = a.size();
-  auto body = [&](Backend& b, int salt) {
+  // Each thread notes its first wrong result (-1: none) and the largest difference; the
+  // checks are counted after both joined.
+  int first_wrong[2] = {-1, -1};
+  double diff[2] = {0, 0};
+  auto body = [&](Backend& b, int salt, int which) {
     for (int k = 0; k < 50; ++k) {
       auto t = torch::full({1000}, b.rank() + salt, torch::kFloat);
       OpContext c;
@@ -318,39 +327,44 @@ static void test_two_groups(Backend& a, Backend& b2) {
       c.timeout = Millis(30000);
       c.deadline = c.start + c.timeout;
       b.allreduce(t, ReduceOp::Sum, c);
-      EXPECT(same(t, torch::full({1000}, P * (P - 1) / 2 + P * salt, torch::kLong)),
-             "two groups salt %d", salt);
+      const double d =
+          (t.to(at::kDouble) - (P * (P - 1) / 2 + P * salt)).abs().max().item<double>();
+      diff[which] = std::max(diff[which], d);
+      if (!(d == 0) && first_wrong[which] < 0) first_wrong[which] = k;
     }
   };
-  std::thread t1(body, std::ref(a), 1), t2(body, std::ref(b2), 100);
+  std::thread t1(body, std::ref(a), 1, 0), t2(body, std::ref(b2), 100, 1);
   t1.join();
   t2.join();
+  for (int which : {0, 1})
+    tally::check(tally::format("two groups at once: group %d's 50 allreduces exact", which + 1),
+                 first_wrong[which] < 0,
+                 tally::format("max diff %g, first wrong #%d", diff[which], first_wrong[which]));
 }
 
 int main(int argc, char** argv) {
-  CLI::App app{"mpi_backend_test: the MPI backend driven directly (scripts/mpirun.sh -np N)"};
+  CLI::App app{"mpi_backend_test: the MPI backend driven directly (scripts/mpirun.sh -np N)",
+               "mpi_backend_test"};
   std::string mode = "all";
   app.add_option("mode", mode, "what to test (see the top of mpi_backend_test.cpp)")
       ->check(CLI::IsMember(
           {"all", "mismatch", "timeout", "ring_timeout", "abort", "chunk", "badenv", "bench"}))
       ->capture_default_str();
-  app.failure_message(CLI::FailureMessage::help);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a bad command line: message, usage, 2
-  }
+  if (auto rc = lockstep::launch::parse_command_line(app, argc, argv, std::cout, std::cerr))
+    return *rc;
   auto env = env_from_ompi();
+  tally::rank = env.rank;
   std::thread comm([&] {
     try {
       if (mode == "badenv") {
         LaunchEnv e = env;
         e.world_size += 1;
+        const std::string what = "a world size the environment contradicts: ConfigError";
         try {
           make_mpi_backend(e, Millis(5000));
-          EXPECT(false, "bad env accepted");
+          tally::check(what, false, "accepted");
         } catch (const ConfigError& x) {
-          if (env.rank == 0) std::printf("badenv: %s\n", x.what());
+          tally::check(what, true, x.what());
         }
         std::printf("mpi_available=%d\n", (int)mpi_available());
         return;
@@ -373,12 +387,9 @@ int main(int argc, char** argv) {
       else if (mode == "bench")
         test_bench(*b);
     } catch (const std::exception& e) {
-      ++failures;
-      std::fprintf(stderr, "rank %d EXCEPTION: %s\n", env.rank, e.what());
+      tally::check("mode " + mode + " ran without an unexpected exception", false, e.what());
     }
   });
   comm.join();
-  std::printf("rank %d/%d mode %s: %s (%d failures)\n", env.rank, env.world_size, mode.c_str(),
-              failures ? "FAIL" : "OK", failures);
-  return failures ? 1 : 0;
+  return tally::finish(tally::format("/%d mode %s", env.world_size, mode.c_str()));
 }

@@ -2,7 +2,7 @@
 # LOCKSTEP_TIMEOUT_S is long on purpose: a mismatch found only by the timeout fails
 # op_check's "promptly" check (5 s) instead of passing late.
 add_executable(op_check ${CMAKE_CURRENT_LIST_DIR}/op_check.cpp)
-target_link_libraries(op_check PRIVATE lockstep_comm CLI11::CLI11)
+target_link_libraries(op_check PRIVATE lockstep_comm lockstep_launch CLI11::CLI11)
 
 set(OP_RUN $<TARGET_FILE:lockstep-run> --master-port 0 --nproc-per-node)
 set(OP_MPIRUN ${PROJECT_SOURCE_DIR}/scripts/mpirun.sh -np)

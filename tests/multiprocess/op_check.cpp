@@ -13,7 +13,7 @@
 #include <lockstep/comm/launch_env.h>
 
 #include <ATen/ATen.h>
-#include <CLI/CLI.hpp>
+#include <lockstep/launch/cli.h>
 
 #include "tally.h"
 
@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -187,7 +188,8 @@ int run_stall(double sleep_s, int late) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"op_check: op fingerprints and the stall inspector (see the file's comment)"};
+  CLI::App app{"op_check: op fingerprints and the stall inspector (see the file's comment)",
+               "op_check"};
   std::string which;
   double within = 5, stall = 0;
   int late = 1;
@@ -196,7 +198,8 @@ int main(int argc, char** argv) {
   app.add_option("--within", within, "seconds every rank may take to raise (default 5)");
   app.add_option("--stall", stall, "instead: rank --late sleeps this long before op #4");
   app.add_option("--late", late, "the rank that sleeps (default 1)");
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = lockstep::launch::parse_command_line(app, argc, argv, std::cout, std::cerr))
+    return *rc;
   try {
     if (stall > 0) return run_stall(stall, late);
     auto pg = lockstep::init();

@@ -20,19 +20,8 @@ two() { "$RUN" --nproc-per-node 2 --master-port 0 "$TRAIN" "$@"; }
 
 # same_run A B: identical per-step losses on both ranks, parameter CRC and metrics.
 same_run() {
-  for r in 0 1; do
-    cut -d, -f1-4 "$1/metrics/loss-rank-$r.csv" > a.csv
-    cut -d, -f1-4 "$2/metrics/loss-rank-$r.csv" > b.csv
-    diff a.csv b.csv > /dev/null || { diff a.csv b.csv | head; fail "$2: rank $r loss curve differs"; }
-  done
-  python3 - "$1/summary.json" "$2/summary.json" <<'PY' || fail "$2: final state differs"
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:])
-assert a["param_crc32"] == b["param_crc32"], (a["param_crc32"], b["param_crc32"])
-for k in ("auc", "logloss"):
-    assert a["metrics"][k] == b["metrics"][k], k
-print("  identical: losses (2 ranks), param_crc32 %s, auc %s" % (b["param_crc32"], b["metrics"]["auc"]))
-PY
+  same_losses "$1" "$2"
+  same_summary "$1" "$2" param_crc32 metrics.auc metrics.logloss
 }
 
 # same_files DIR_A DIR_B: every checkpoint file equal byte for byte, but optimizer.pt: torch

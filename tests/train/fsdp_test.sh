@@ -48,16 +48,8 @@ grep -q "stopped after step 13" part1.log || { cat part1.log; fail "did not stop
 for d in one zero1 zero2 ddp; do cp -r "$W/part" "$W/$d"; done
 two --set run.out_dir="$W/part" "${common[@]}" --resume > part2.log 2>&1 || { cat part2.log; fail "resumed half"; }
 grep -q "resumed from .*step-00000013 at step 13$" part2.log || { cat part2.log; fail "did not resume at 13"; }
-for r in 0 1; do
-  cut -d, -f1-4 "$W/full/metrics/loss-rank-$r.csv" > a.csv
-  cut -d, -f1-4 "$W/part/metrics/loss-rank-$r.csv" > b.csv
-  diff a.csv b.csv > /dev/null || { diff a.csv b.csv | head; fail "rank $r loss curve differs"; }
-  echo "rank $r: $(($(wc -l < a.csv) - 1)) steps identical"
-done
-for k in param_crc32 final_loss metrics.auc metrics.recall_at_k metrics.logloss; do
-  a=$(summary "$W/full/summary.json" $k) b=$(summary "$W/part/summary.json" $k)
-  echo "$k $a $b"; [[ $a == "$b" ]] || fail "$k differs"
-done
+same_losses "$W/full" "$W/part"
+same_summary "$W/full" "$W/part" param_crc32 final_loss metrics.auc metrics.recall_at_k metrics.logloss
 
 echo "== (c) the 2-rank checkpoint on 1 rank"
 two --set run.out_dir="$W/zero2" "${common[@]}" --set optim.lr=0 --resume > zero2.log 2>&1 ||

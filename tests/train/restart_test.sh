@@ -44,16 +44,6 @@ grep -q "restart 1 of this job .*resuming from the newest intact checkpoint" par
   { cat part.log; fail "restart not noticed by the trainer"; }
 grep "resumed from .*step-000000[0-9][0-9] at step" part.log || { cat part.log; fail "did not resume"; }
 
-for r in 0 1; do
-  cut -d, -f1-4 "$W/full/metrics/loss-rank-$r.csv" > a.csv
-  cut -d, -f1-4 "$W/part/metrics/loss-rank-$r.csv" > b.csv
-  diff a.csv b.csv > /dev/null || { diff a.csv b.csv | head; fail "rank $r loss curve differs"; }
-  echo "rank $r: $(($(wc -l < a.csv) - 1)) steps identical"
-done
-python3 - "$W/full/summary.json" "$W/part/summary.json" <<'PY' || fail "final state differs"
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:])
-for k in ("param_crc32", "final_loss", "steps"):
-    print(k, a[k], b[k]); assert a[k] == b[k], k
-PY
+same_losses "$W/full" "$W/part"
+same_summary "$W/full" "$W/part" param_crc32 final_loss steps
 echo "PASS"

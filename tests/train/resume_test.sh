@@ -23,20 +23,8 @@ for d in zero1 zero2 one; do cp -r "$W/part" "$W/$d"; done
   > part2.log 2>&1 || { cat part2.log; fail "resumed half"; }
 grep -q "resumed from .*step-00000013 at step 13" part2.log || { cat part2.log; fail "did not resume at 13"; }
 
-for r in 0 1; do
-  cut -d, -f1-4 "$W/full/metrics/loss-rank-$r.csv" > a.csv
-  cut -d, -f1-4 "$W/part/metrics/loss-rank-$r.csv" > b.csv
-  diff a.csv b.csv > /dev/null || { diff a.csv b.csv | head; fail "rank $r loss curve differs"; }
-  echo "rank $r: $(($(wc -l < a.csv) - 1)) steps identical"
-done
-python3 - "$W/full/summary.json" "$W/part/summary.json" <<'PY' || fail "final state differs"
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:])
-for k in ("param_crc32", "final_loss"):
-    print(k, a[k], b[k]); assert a[k] == b[k], k
-for k in ("auc", "recall_at_k", "logloss"):
-    print(k, a["metrics"][k], b["metrics"][k]); assert a["metrics"][k] == b["metrics"][k], k
-PY
+same_losses "$W/full" "$W/part"
+same_summary "$W/full" "$W/part" param_crc32 final_loss metrics.auc metrics.recall_at_k metrics.logloss
 echo "== the 2-rank DDP checkpoint on 1 rank"
 zero=(--set optim.lr=0 --set eval.threshold=0 --resume)
 "$RUN" --nproc-per-node 2 --master-port 0 "$TRAIN" "$CFG" --set run.out_dir="$W/zero2" "${common[@]}" "${zero[@]}" \

@@ -77,6 +77,33 @@ TEST(LaunchCli, OtherErrorsExit2Too) {
   EXPECT_NE(h.out.find("Usage: prog"), std::string::npos);
 }
 
+// A program with subcommands (lockstep-bench): the subcommand's flags, its name and usage.
+TEST(LaunchCli, SubcommandFlagsAndNames) {
+  CLI::App app{"a program with commands", "prog"};
+  app.require_subcommand(1);
+  int steps = 0;
+  app.add_subcommand("train", "train")->add_option("--steps", steps, "steps");
+  app.add_subcommand("eval", "eval");
+  auto run = [&](std::vector<const char*> args, std::string& err) {
+    args.insert(args.begin(), "prog");
+    std::ostringstream out, e;
+    const auto rc = parse_command_line(app, int(args.size()), args.data(), out, e);
+    err = e.str();
+    return rc;
+  };
+  std::string err;
+  EXPECT_FALSE(run({"train", "--steps", "3"}, err).has_value()) << err;
+  EXPECT_EQ(steps, 3);
+  app.clear();
+  EXPECT_EQ(run({"train", "--stesp", "3"}, err), kExitUsage);
+  EXPECT_EQ(err.substr(0, err.find('\n')),
+            "prog train: unknown option '--stesp'; did you mean '--steps'?");
+  EXPECT_NE(err.find("\nUsage: prog train [OPTIONS]"), std::string::npos) << err;
+  app.clear();
+  EXPECT_EQ(run({"trian"}, err), kExitUsage);
+  EXPECT_EQ(err.substr(0, err.find('\n')), "prog: unknown command 'trian'; did you mean 'train'?");
+}
+
 TEST(LaunchCli, LauncherNamesTheNearestFlag) {
   try {
     parse_args({"--nproc-per-nod", "2", "prog"});

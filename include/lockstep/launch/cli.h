@@ -29,7 +29,9 @@ std::string usage_line(const CLI::App& app);
 
 // Parses argv into `app` with the rules above. Returns nullopt when the program goes on;
 // otherwise the exit code main should return: 0 after printing --help to `out`, kExitUsage
-// after printing the error, the nearest flag and the usage line to `err`.
+// after printing the error, the nearest flag and the usage line to `err`. With subcommands
+// ("lockstep-bench ddp --stesp") the error names the one reached and its flags are known
+// too; a word where a subcommand belongs is an unknown command, with the nearest one.
 std::optional<int> parse_command_line(CLI::App& app, int argc, const char* const* argv,
                                       std::ostream& out, std::ostream& err);
 
