@@ -13,8 +13,8 @@ export CCACHE_BASEDIR := $(CURDIR)
 # the multi-process comm, compression, DDP and FSDP tests on shm and gloo (docs/development.md).
 SAN_TARGETS := unit_launch unit_comm unit_data unit_ddp unit_compress unit_numerics lockstep-run \
                collectives_check ddp_equivalence compress_check fsdp_equivalence grad_scaler_check \
-               checkpoint_check
-SAN_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics)\.|(collectives|compress|ddp_equivalence|fsdp_equivalence|mismatch_detected|grad_scaler|checkpoint)_(shm|gloo)_)
+               checkpoint_check diloco_check
+SAN_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics)\.|(collectives|compress|ddp_equivalence|fsdp_equivalence|mismatch_detected|grad_scaler|checkpoint|diloco)_(shm|gloo)_)
 SAN_FLAGS   := -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOCKSTEP_BUILD_BENCH=OFF -DLOCKSTEP_WITH_MPI=OFF
 export ASAN_OPTIONS  ?= detect_leaks=0:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
@@ -31,9 +31,9 @@ TORCH2_PY      := $(CURDIR)/.venv-bench/bin/python
 # GPU; docs/gpu.md).
 TORCH2_TARGETS := unit_launch unit_comm unit_data unit_ddp unit_compress unit_numerics \
                   unit_cuda unit_cuda_stream \
-                  lockstep-run collectives_check ddp_equivalence fsdp_equivalence powersgd_check \
+                  lockstep-run collectives_check ddp_equivalence fsdp_equivalence powersgd_check diloco_check \
                   lockstep_models lockstep_train lockstep-train
-TORCH2_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics|cuda|cuda_stream)\.|(collectives|ddp_equivalence|fsdp_equivalence|powersgd)_(shm|gloo)_np2|mismatch_detected_(shm|gloo)|packaging_(install|consumer_cmake)|tensorboard_reader|powersgd_torch_(reference|shm|gloo))
+TORCH2_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics|cuda|cuda_stream)\.|(collectives|ddp_equivalence|fsdp_equivalence|powersgd|diloco)_(shm|gloo)_np2|mismatch_detected_(shm|gloo)|packaging_(install|consumer_cmake)|tensorboard_reader|powersgd_torch_(reference|shm|gloo))
 
 .PHONY: all deps deps-bench deps-torch2 configure build test test-hosts test-asan test-tsan test-nompi \
         test-torch2 test-python package lint format demo demo-fashion-mnist bench clean

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "tally.h"
+#include "tally_tensor.h"
 
 namespace {
 
@@ -27,18 +27,6 @@ using comm::ReduceOp;
 at::Tensor f_times(double scale, int64_t n, int64_t offset, at::ScalarType t) {
   auto i = at::arange(offset, offset + n, at::kLong);
   return ((i.remainder(7) + 1).to(at::kDouble) * scale).to(t);
-}
-
-// Exact: every value here is a small integer in every dtype.
-void expect(const std::string& what, const at::Tensor& got, const at::Tensor& want) {
-  if (got.numel() != want.numel())
-    return tally::check(what, false,
-                        tally::format("numel %lld vs %lld", static_cast<long long>(got.numel()),
-                                      static_cast<long long>(want.numel())));
-  const double diff = got.numel() == 0
-                          ? 0.0
-                          : (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
-  tally::report(what, diff, 0);
 }
 
 // Point to point around `ring` (job ranks, this rank among them): each sends to the next
@@ -58,7 +46,7 @@ void ring_exchange(ProcessGroup& pg, const std::vector<int>& ring, at::ScalarTyp
     pg.recv(got, prev, {7})->wait();
     pg.send(out, next, {7})->wait();
   }
-  expect(tag + "send/recv", got, f_times(prev + 1, n, 0, t));
+  tally::exact(tag + "send/recv", got, f_times(prev + 1, n, 0, t));
 }
 
 // The rings send/recv is tested on: every rank, except on hier, which carries pairs inside
@@ -94,7 +82,7 @@ void run_case(ProcessGroup& pg, at::ScalarType t, int64_t n) {
                          : op == ReduceOp::Avg ? tri / p
                          : op == ReduceOp::Max ? p
                                                : 1;
-    expect(tag + "allreduce " + comm::reduce_op_name(op), x, f_times(scale, n, 0, t));
+    tally::exact(tag + "allreduce " + comm::reduce_op_name(op), x, f_times(scale, n, 0, t));
   }
 
   // Coalesced: pieces of uneven sizes (one empty) whose boundaries fall inside the
@@ -108,7 +96,7 @@ void run_case(ProcessGroup& pg, at::ScalarType t, int64_t n) {
     pg.allreduce_coalesced(pieces, {op})->wait();
     const double scale = op == ReduceOp::Sum ? tri : op == ReduceOp::Avg ? tri / p : p;
     for (int k = 0; k + 1 < 5; ++k)
-      expect(
+      tally::exact(
           tag + "allreduce_coalesced " + comm::reduce_op_name(op) + " piece " + std::to_string(k),
           pieces[k], f_times(scale, cuts[k + 1] - cuts[k], cuts[k], t));
   }
@@ -116,7 +104,7 @@ void run_case(ProcessGroup& pg, at::ScalarType t, int64_t n) {
   const int root = p - 1;
   auto b = r == root ? f_times(root + 1, n, 0, t) : at::zeros({n}, t);
   pg.broadcast(b, {root})->wait();
-  expect(tag + "broadcast", b, f_times(root + 1, n, 0, t));
+  tally::exact(tag + "broadcast", b, f_times(root + 1, n, 0, t));
 
   auto in = f_times(r + 1, n, 0, t);
   auto gathered = at::empty({n * p}, t);
@@ -124,18 +112,18 @@ void run_case(ProcessGroup& pg, at::ScalarType t, int64_t n) {
   std::vector<at::Tensor> parts;
   parts.reserve(p);
   for (int q = 0; q < p; ++q) parts.push_back(f_times(q + 1, n, 0, t));
-  expect(tag + "allgather", gathered, at::cat(parts));
+  tally::exact(tag + "allgather", gathered, at::cat(parts));
 
   auto big = f_times(r + 1, n * p, 0, t);
   auto mine = at::empty({n}, t);
   pg.reduce_scatter(mine, big)->wait();
-  expect(tag + "reduce_scatter", mine, f_times(tri, n, int64_t(r) * n, t));
+  tally::exact(tag + "reduce_scatter", mine, f_times(tri, n, int64_t(r) * n, t));
 
   auto a2a = at::empty({n * p}, t);
   pg.alltoall(a2a, big)->wait();
   parts.clear();
   for (int q = 0; q < p; ++q) parts.push_back(f_times(q + 1, n, int64_t(r) * n, t));
-  expect(tag + "alltoall", a2a, at::cat(parts));
+  tally::exact(tag + "alltoall", a2a, at::cat(parts));
 
   for (const auto& ring : p2p_rings(pg)) ring_exchange(pg, ring, t, n, tag);
   pg.barrier()->wait();
@@ -163,8 +151,8 @@ void split_groups(ProcessGroup& world) {
   const int r = world.rank(), p = world.size();
   auto sub = lockstep::init_split(r % 2);
   const int members = (p - r % 2 + 1) / 2;
-  expect("split: size", at::scalar_tensor(sub->size()), at::scalar_tensor(members));
-  expect("split: rank", at::scalar_tensor(sub->rank()), at::scalar_tensor(r / 2));
+  tally::exact("split: size", at::scalar_tensor(sub->size()), at::scalar_tensor(members));
+  tally::exact("split: rank", at::scalar_tensor(sub->rank()), at::scalar_tensor(r / 2));
   at::Tensor x = at::full({1000}, double(r + 1), at::kDouble);
   at::Tensor w = at::ones({3}, at::kDouble);
   auto ws = world.allreduce(w);
@@ -172,12 +160,12 @@ void split_groups(ProcessGroup& world) {
   ws->wait();
   double want = 0;  // the sum of (q + 1) over the ranks q of my parity
   for (int q = r % 2; q < p; q += 2) want += q + 1;
-  expect("split: allreduce inside the subgroup", x, at::full({1000}, want, at::kDouble));
-  expect("split: world alongside", w, at::full({3}, double(p), at::kDouble));
+  tally::exact("split: allreduce inside the subgroup", x, at::full({1000}, want, at::kDouble));
+  tally::exact("split: world alongside", w, at::full({3}, double(p), at::kDouble));
   at::Tensor g = at::empty({members}, at::kDouble);
   at::Tensor mine = at::full({1}, double(r), at::kDouble);
   sub->allgather(g, mine)->wait();
-  expect("split: allgather in world rank order", g, at::arange(r % 2, p, 2, at::kDouble));
+  tally::exact("split: allgather in world rank order", g, at::arange(r % 2, p, 2, at::kDouble));
 }
 
 // --die-in-split V: the world splits into even and odd ranks; rank V SIGKILLs itself before
@@ -233,8 +221,8 @@ int main(int argc, char** argv) {
       auto x = f_times(pg->rank() + 1, big, 0, at::kFloat);
       pg->allreduce(x, {op})->wait();
       const int p = pg->size();
-      expect(std::string("large allreduce ") + comm::reduce_op_name(op), x,
-             f_times(op == ReduceOp::Sum ? p * (p + 1) / 2.0 : p, big, 0, at::kFloat));
+      tally::exact(std::string("large allreduce ") + comm::reduce_op_name(op), x,
+                   f_times(op == ReduceOp::Sum ? p * (p + 1) / 2.0 : p, big, 0, at::kFloat));
     }
     // Shared memory: defined exactly on shm with several ranks; an allreduce of a
     // slice of it (the zero-copy path on shm) is exact, and the memory stays usable.
@@ -242,14 +230,14 @@ int main(int argc, char** argv) {
       const int p = pg->size();
       at::Tensor sh = pg->alloc_shared(big + 64, at::kFloat);
       const bool want = p > 1 && pg->backend_name() == "shm";
-      expect(std::string("alloc_shared defined: ") + (want ? "yes" : "no"),
-             at::scalar_tensor(sh.defined() ? 1 : 0), at::scalar_tensor(want ? 1 : 0));
+      tally::exact(std::string("alloc_shared defined: ") + (want ? "yes" : "no"),
+                   at::scalar_tensor(sh.defined() ? 1 : 0), at::scalar_tensor(want ? 1 : 0));
       if (sh.defined()) {
         for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
           at::Tensor x = sh.narrow(0, 32, big);
           x.copy_(f_times(pg->rank() + 1, big, 0, at::kFloat));
           pg->allreduce(x, {op})->wait();
-          expect(
+          tally::exact(
               std::string("shared allreduce ") + comm::reduce_op_name(op), x,
               f_times(op == ReduceOp::Sum ? p * (p + 1) / 2.0 : (p + 1) / 2.0, big, 0, at::kFloat));
         }
@@ -265,8 +253,8 @@ int main(int argc, char** argv) {
     wb->wait();
     wa->wait();
     const double tri = pg->size() * (pg->size() + 1) / 2.0;
-    expect("two groups: first", a, f_times(tri, 4096, 0, at::kFloat));
-    expect("two groups: second", b, f_times(2 * tri, 4096, 0, at::kFloat));
+    tally::exact("two groups: first", a, f_times(tri, 4096, 0, at::kFloat));
+    tally::exact("two groups: second", b, f_times(2 * tri, 4096, 0, at::kFloat));
     split_groups(*pg);
     return tally::finish("/" + std::to_string(pg->size()) + " [" + pg->backend_name() + "]");
   } catch (const std::exception& e) {

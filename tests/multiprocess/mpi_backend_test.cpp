@@ -19,7 +19,7 @@
 #include <iostream>
 #include <thread>
 
-#include "tally.h"
+#include "tally_tensor.h"
 
 using namespace lockstep;
 using namespace lockstep::comm;
@@ -45,17 +45,6 @@ static OpContext mk(OpKind k, int64_t numel, at::ScalarType dt, double timeout_s
   c.deadline = c.start + c.timeout;
   return c;
 }
-// Exact: every value here is a small integer in every dtype.
-static void expect_same(const std::string& what, const at::Tensor& got, const at::Tensor& want) {
-  if (got.numel() != want.numel())
-    return tally::check(what, false,
-                        tally::format("numel %lld vs %lld", static_cast<long long>(got.numel()),
-                                      static_cast<long long>(want.numel())));
-  const double diff = got.numel() == 0
-                          ? 0.0
-                          : (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
-  tally::report(what, diff, 0);
-}
 
 static const at::ScalarType kTypes[] = {at::kFloat, at::kDouble,   at::kInt, at::kLong,
                                         at::kByte,  at::kBFloat16, at::kHalf};
@@ -72,19 +61,19 @@ static void test_all(Backend& b) {
         auto t = ((R + 1) + i % 7).to(dt);
         auto c = mk(OpKind::Allreduce, n, dt);
         b.allreduce(t, ReduceOp::Sum, c);
-        expect_same("allreduce sum " + tag, t, P * (P + 1) / 2 + P * (i % 7));
+        tally::exact("allreduce sum " + tag, t, P * (P + 1) / 2 + P * (i % 7));
       }
       {
         auto t = (R + i % 5).to(dt);
         auto c = mk(OpKind::Allreduce, n, dt);
         b.allreduce(t, ReduceOp::Max, c);
-        expect_same("allreduce max " + tag, t, (P - 1) + i % 5);
+        tally::exact("allreduce max " + tag, t, (P - 1) + i % 5);
       }
       {
         auto t = (R + i % 5).to(dt);
         auto c = mk(OpKind::Allreduce, n, dt);
         b.allreduce(t, ReduceOp::Min, c);
-        expect_same("allreduce min " + tag, t, i % 5);
+        tally::exact("allreduce min " + tag, t, i % 5);
       }
       // broadcast from the last rank
       {
@@ -92,7 +81,7 @@ static void test_all(Backend& b) {
         auto t = (R == root ? i % 11 : torch::full({n}, 3, torch::kLong)).to(dt);
         auto c = mk(OpKind::Broadcast, n, dt, 60, root);
         b.broadcast(t, root, c);
-        expect_same("broadcast " + tag, t, i % 11);
+        tally::exact("broadcast " + tag, t, i % 11);
       }
       // allgather
       {
@@ -101,7 +90,7 @@ static void test_all(Backend& b) {
         auto c = mk(OpKind::Allgather, n, dt);
         b.allgather(out, in, c);
         auto j = torch::arange(P * n, torch::kLong);
-        expect_same(
+        tally::exact(
             "allgather " + tag, out,
             n ? j.div(std::max<int64_t>(n, 1), "floor") * 10 + (j % std::max<int64_t>(n, 1)) % 3
               : j);
@@ -113,10 +102,10 @@ static void test_all(Backend& b) {
         auto out = torch::full({n}, 99, torch::kLong).to(dt);
         auto c = mk(OpKind::ReduceScatter, n, dt);
         b.reduce_scatter(out, in, ReduceOp::Sum, c);
-        expect_same("reduce_scatter sum " + tag, out, P * (P - 1) / 2 + P * ((R * n + i) % 13));
+        tally::exact("reduce_scatter sum " + tag, out, P * (P - 1) / 2 + P * ((R * n + i) % 13));
         auto c2 = mk(OpKind::ReduceScatter, n, dt);
         b.reduce_scatter(out, in, ReduceOp::Max, c2);
-        expect_same("reduce_scatter max " + tag, out, (P - 1) + ((R * n + i) % 13));
+        tally::exact("reduce_scatter max " + tag, out, (P - 1) + ((R * n + i) % 13));
       }
       // alltoall
       {
@@ -127,7 +116,7 @@ static void test_all(Backend& b) {
         b.alltoall(out, in, c);
         auto src = n ? j.div(n, "floor") : j;
         auto off = n ? j % n : j;
-        expect_same("alltoall " + tag, out, src * 16 + (R * n + off) % 16);
+        tally::exact("alltoall " + tag, out, src * 16 + (R * n + off) % 16);
       }
       // send/recv ring (even ranks send first)
       if (P > 1) {
@@ -143,7 +132,7 @@ static void test_all(Backend& b) {
           b.recv(r, src, 7, cr);
           b.send(s, dst, 7, cs);
         }
-        expect_same("sendrecv " + tag, r, src * 3 + i % 9);
+        tally::exact("sendrecv " + tag, r, src * 3 + i % 9);
       }
       auto c = mk(OpKind::Barrier, 0, at::kFloat);
       b.barrier(c);
@@ -249,11 +238,11 @@ static void test_chunk(Backend& b) {  // run with LOCKSTEP_MPI_MAX_COUNT=1000
     auto t = ((R + 1) + i % 7).to(dt);
     auto c = mk(OpKind::Allreduce, n, dt);
     b.allreduce(t, ReduceOp::Sum, c);
-    expect_same("chunked allreduce " + dtype_name(dt), t, P * (P + 1) / 2 + P * (i % 7));
+    tally::exact("chunked allreduce " + dtype_name(dt), t, P * (P + 1) / 2 + P * (i % 7));
     auto bt = (R == 0 ? i % 11 : i * 0).to(dt);
     auto cb = mk(OpKind::Broadcast, n, dt, 60, 0);
     b.broadcast(bt, 0, cb);
-    expect_same("chunked broadcast " + dtype_name(dt), bt, i % 11);
+    tally::exact("chunked broadcast " + dtype_name(dt), bt, i % 11);
   }
   if (P > 1) {
     auto s = (i % 9).to(at::kFloat);
@@ -265,7 +254,7 @@ static void test_chunk(Backend& b) {  // run with LOCKSTEP_MPI_MAX_COUNT=1000
     if (R == 1) {
       auto c = mk(OpKind::Recv, n, at::kFloat, 60, 0);
       b.recv(r, 0, 1, c);
-      expect_same("chunked send/recv", r, i % 9);
+      tally::exact("chunked send/recv", r, i % 9);
     }
   }
   auto in = torch::zeros({2000});
