@@ -1,4 +1,4 @@
-#include "train/run_report.h"
+#include "train/report/run_report.h"
 
 #include <lockstep/train/atomic_file.h>
 #include <lockstep/train/loss_plot.h>

@@ -2,7 +2,7 @@
 // the progress bar (rank 0), and the time of every epoch that ran whole in this process.
 #pragma once
 
-#include "train/batch_plan.h"
+#include "train/loop/batch_plan.h"
 
 #include <lockstep/train/config.h>
 #include <lockstep/train/loss_log.h>
