@@ -6,12 +6,12 @@
 
 #include "train/checkpoint/checkpointer.h"
 #include "train/loop/batch_plan.h"
+#include "train/loop/lr_schedule.h"
 #include "train/loop/step_runner.h"
 #include "train/report/run_report.h"
 #include "train/report/step_log.h"
 
 #include <lockstep/comm/init.h>
-#include <lockstep/train/lr_schedule.h>
 
 #include <zlib.h>
 

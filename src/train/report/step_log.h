@@ -3,11 +3,11 @@
 #pragma once
 
 #include "train/loop/batch_plan.h"
+#include "train/report/loss_log.h"
+#include "train/report/tensorboard_writer.h"
 
 #include <lockstep/train/config.h>
-#include <lockstep/train/loss_log.h>
 #include <lockstep/train/progress_bar.h>
-#include <lockstep/train/tensorboard_writer.h>
 #include <lockstep/train/workload.h>
 
 #include <cstdio>
