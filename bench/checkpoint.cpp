@@ -15,7 +15,7 @@
 #include "commands.h"
 #include "jobs.h"
 
-#include "train/checkpointer.h"
+#include "train/checkpoint/checkpointer.h"
 
 #include <lockstep/lockstep.h>
 #include <lockstep/models/mlp.h>

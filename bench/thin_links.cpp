@@ -11,8 +11,9 @@
 #include "bench_util.h"
 #include "commands.h"
 
+#include "train/report/loss_plot.h"
+
 #include <lockstep/train/atomic_file.h>
-#include <lockstep/train/loss_plot.h>
 
 #include <nlohmann/json.hpp>
 

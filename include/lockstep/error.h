@@ -2,13 +2,16 @@
 //
 // Every error lockstep raises derives from lockstep::Error. Library code never
 // calls exit(); programs decide in main what an error means for the process.
+// Header-only (the base layer): a program that uses only these classes links no library.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace lockstep {
 
@@ -42,20 +45,58 @@ struct CommContext {
   double elapsed_s = 0;  // time since the op started running
   double timeout_s = 0;  // the op's timeout
 
-  std::string describe()
-      const;  // "rank 1/2 [shm] allreduce #12 (1000 float32) after 3.0 s of 30.0 s timeout"
+  // "rank 1/2 [shm] allreduce #12 (1000 elements float32) after 3.0 s of 30.0 s timeout"
+  std::string describe() const {
+    std::ostringstream os;
+    if (rank >= 0) os << "rank " << rank << "/" << world_size;
+    if (!backend.empty()) os << " [" << backend << "]";
+    if (!op.empty()) os << " " << op;
+    if (seq > 0) os << " #" << seq;
+    if (numel >= 0) {
+      os << " (" << numel << " elements";
+      if (!dtype.empty()) os << " " << dtype;
+      os << ")";
+    }
+    if (peer >= 0) os << " peer rank " << peer;
+    if (timeout_s > 0) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, " after %.1f s of %.1f s timeout", elapsed_s, timeout_s);
+      os << buf;
+    }
+    return os.str();
+  }
 };
 
 // A collective or point-to-point operation failed: peer died, timed out, ranks disagreed.
 class CommError : public Error {
  public:
   enum class Kind { Failed, Timeout, PeerGone, Mismatch, Rendezvous, Aborted };
-  CommError(Kind kind, CommContext ctx, const std::string& what_happened);
+  CommError(Kind kind, CommContext ctx, const std::string& what_happened)
+      : Error(ctx.describe() + ": " + kind_name(kind) + ": " + what_happened),
+        kind_(kind),
+        ctx_(std::move(ctx)),
+        detail_(what_happened) {}
   Kind kind() const { return kind_; }
   const CommContext& context() const { return ctx_; }
   // What happened, without the context prefix.
   const std::string& detail() const { return detail_; }
-  static const char* kind_name(Kind k);
+  static const char* kind_name(Kind k) {
+    switch (k) {
+      case Kind::Failed:
+        return "failed";
+      case Kind::Timeout:
+        return "timed out";
+      case Kind::PeerGone:
+        return "peer gone";
+      case Kind::Mismatch:
+        return "mismatch";
+      case Kind::Rendezvous:
+        return "rendezvous failed";
+      case Kind::Aborted:
+        return "aborted";
+    }
+    return "?";
+  }
 
  private:
   Kind kind_;

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # packaging_test.sh BUILD SRC WORK MODE: lockstep as a user gets it (docs/install.md).
-#   install    cmake --install BUILD into WORK/prefix; checks the tree's layout
+#   install    cmake --install BUILD into WORK/prefix; checks the tree's layout; no internal
+#              header installed; a program using only the base header links no library
 #   cmake      examples/consumer configured with find_package(lockstep) against WORK/prefix
 #              only, built, run on 2 ranks (shm and gloo) by the installed lockstep-run
-#   pkgconfig  the same program compiled with `pkg-config --cflags --libs lockstep`, 2 ranks
+#   pkgconfig  the same program compiled with `pkg-config --cflags --libs lockstep`, 2 ranks;
+#              every installed header, in one translation unit, compiles with its flags
 #   deb        cpack -G DEB: dpkg-deb -I (Depends) and -c (contents), extracted into a fresh
 #              root: no build or source path in it, its lockstep-run runs the consumer on 2 ranks
 set -uo pipefail
@@ -52,6 +54,47 @@ install)
   got=$(cd "$PREFIX/include" && find lockstep -name '*.h' | sort)
   [[ "$want" == "$got" ]] || fail "installed headers differ from include/lockstep: $(diff <(echo "$want") <(echo "$got"))"
   echo "headers: $(wc -l <<<"$got") (all of include/lockstep)"
+  # No internal header: none installed under lockstep/<layer>/ is named as a header that
+  # lives next to the sources in src/<layer>/ (the trainer's report writers, PNG encoder,
+  # lr schedule, ...), and no installed header includes one ("train/report/...").
+  while read -r h; do
+    layer=${h%%/*}
+    [[ -d $PREFIX/include/lockstep/$layer ]] || continue
+    found=$(find "$PREFIX/include/lockstep/$layer" -name "$(basename "$h")")
+    [[ -z $found ]] || fail "internal header src/$h installed as ${found#"$PREFIX"/}"
+  done < <(cd "$SRC/src" && find . -name '*.h' | sed 's|^\./||')
+  if grep -rnE '^\s*#\s*include\s*"(launch|comm|compress|numerics|parallel|data|models|train)/' \
+       "$PREFIX/include/lockstep"; then
+    fail "an installed header includes an internal one (above)"
+  fi
+  # Every <lockstep/...> an installed header includes is installed too.
+  missing=$(grep -rhoE '^\s*#\s*include\s*<lockstep/[^>]+>' "$PREFIX/include/lockstep" |
+            sed -E 's/.*<(lockstep\/[^>]+)>/\1/' | sort -u |
+            while read -r inc; do [[ -e $PREFIX/include/$inc ]] || echo "$inc"; done)
+  [[ -z $missing ]] || fail "installed headers include headers that are not installed: $missing"
+  echo "no internal header installed"
+  # The base layer is header-only: a program using its error classes (CommError included)
+  # compiles and links against the installed headers alone, with no lockstep library.
+  step "base alone: <lockstep/error.h> with no library"
+  cat > "$WORK/base_only.cpp" <<'EOF'
+#include <lockstep/error.h>
+#include <cstdio>
+#include <string>
+int main() {
+  lockstep::CommContext ctx;
+  ctx.rank = 1, ctx.world_size = 2, ctx.backend = "shm", ctx.op = "allreduce", ctx.seq = 3;
+  try {
+    throw lockstep::CommError(lockstep::CommError::Kind::Timeout, ctx, "peer silent");
+  } catch (const lockstep::Error& e) {
+    const std::string want = "rank 1/2 [shm] allreduce #3: timed out: peer silent";
+    if (e.what() != want) return std::printf("got '%s', want '%s'\n", e.what(), want.c_str()), 1;
+  }
+  return 0;
+}
+EOF
+  c++ -std=c++17 -Wall -Werror "-I$PREFIX/include" "$WORK/base_only.cpp" -o "$WORK/base_only" ||
+    fail "a program using only <lockstep/error.h> does not build without lockstep's libraries"
+  "$WORK/base_only" || fail "CommError's message from the header-only base"
   # The package names no path of the source or build tree (a relocatable install).
   if grep -rl -e "$SRC/include" -e "$BUILD" "$PREFIX/$libdir/cmake" "$PREFIX/$libdir/pkgconfig"; then
     fail "the CMake package or lockstep.pc names the build or source tree"
@@ -93,6 +136,15 @@ pkgconfig)
   "${cxx[@]}" -O2 "$SRC/examples/consumer/main.cpp" -o "$B/consumer" $flags || fail "compile + link"
   echo "built in $((SECONDS - start)) s"
   run_two_ranks "$PREFIX/bin/lockstep-run" "$B/consumer"
+  # The installed set is whole: every header, all in one translation unit, compiles with
+  # pkg-config's flags alone (none reaches for a header that stayed in src/).
+  step "every installed header in one translation unit"
+  (cd "$PREFIX/include" && find lockstep -name '*.h' | sort | sed 's/.*/#include <&>/') > "$B/all_headers.cpp"
+  start=$SECONDS
+  # shellcheck disable=SC2046  # the flags are words
+  c++ -fsyntax-only "$B/all_headers.cpp" $(pkg-config --cflags lockstep) ||
+    fail "the installed headers do not compile together"
+  echo "$(wc -l < "$B/all_headers.cpp") headers compiled in $((SECONDS - start)) s"
   ;;
 deb)
   D=$WORK/deb

@@ -6,7 +6,7 @@
 file(GLOB TRAIN_UNIT_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/unit/test_train_*.cpp)
 add_executable(unit_train ${TRAIN_UNIT_TESTS})
 # lockstep_launch: the restart count the launcher writes is read back by the trainer
-# (test_train_checkpoint.cpp); src/: the trainer's private headers (train/checkpointer.h).
+# (test_train_checkpoint.cpp); src/: the trainer's private headers (train/checkpoint/checkpointer.h).
 target_link_libraries(unit_train PRIVATE lockstep_train lockstep_launch ZLIB::ZLIB GTest::gtest_main)
 target_include_directories(unit_train PRIVATE ${PROJECT_SOURCE_DIR}/src)
 gtest_discover_tests(unit_train TEST_PREFIX "unit_train." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 120)

@@ -2,8 +2,8 @@
 // meta.json, meta.json's own checksum, the one-line errors for a flipped byte or a
 // truncated file, legacy checkpoints without checksums, the order resume tries
 // checkpoints in, rotation, and the restart count the launcher exports.
-#include "train/checkpointer.h"
-#include "train/precision_support.h"
+#include "train/checkpoint/checkpointer.h"
+#include "train/loop/precision_support.h"
 
 #include <lockstep/env_contract.h>
 #include <lockstep/launch/options.h>

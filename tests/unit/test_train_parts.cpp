@@ -1,7 +1,8 @@
 // Trainer building blocks: lr schedule, TFRecord CRC, atomic checkpoints.
 #include <lockstep/train/checkpoint_store.h>
-#include <lockstep/train/lr_schedule.h>
-#include <lockstep/train/tensorboard_writer.h>
+
+#include "train/loop/lr_schedule.h"
+#include "train/report/tensorboard_writer.h"
 
 #include <gtest/gtest.h>
 

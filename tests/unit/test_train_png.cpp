@@ -1,7 +1,7 @@
 // The loss-curve PNG is written in-process: a valid PNG (signature, IHDR, chunk CRCs,
 // a zlib stream that inflates to the scanlines) with the plotted lines in it.
-#include <lockstep/train/loss_plot.h>
-#include <lockstep/train/png_image.h>
+#include "train/report/loss_plot.h"
+#include "train/report/png_image.h"
 
 #include <gtest/gtest.h>
 #include <zlib.h>

@@ -1,4 +1,4 @@
-#include "train/step_log.h"
+#include "train/report/step_log.h"
 
 #include <cstdio>
 #include <filesystem>

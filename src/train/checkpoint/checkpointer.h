@@ -14,9 +14,9 @@
 // (docs/checkpoints.md, "Asynchronous saves"). "sync" runs the same work in the step.
 #pragma once
 
-#include "train/batch_plan.h"
-#include "train/checkpoint_staging.h"
-#include "train/checkpoint_writer.h"
+#include "train/checkpoint/checkpoint_staging.h"
+#include "train/checkpoint/checkpoint_writer.h"
+#include "train/loop/batch_plan.h"
 
 #include <lockstep/numerics/grad_scaler.h>
 #include <lockstep/parallel/diloco/diloco.h>

@@ -1,4 +1,4 @@
-#include <lockstep/train/loss_plot.h>
+#include "train/report/loss_plot.h"
 
 #include <lockstep/train/atomic_file.h>
 

@@ -1,6 +1,6 @@
-#include "train/checkpointer.h"
+#include "train/checkpoint/checkpointer.h"
 
-#include "train/diloco_support.h"
+#include "train/loop/diloco_support.h"
 
 #include <lockstep/env_contract.h>
 #include <lockstep/train/atomic_file.h>

@@ -1,7 +1,7 @@
-// lockstep/train/loss_plot.h: the loss-curve PNG, drawn in-process (png_image.h).
+// train/report/loss_plot.h: the loss-curve PNG, drawn in-process (png_image.h).
 #pragma once
 
-#include <lockstep/train/png_image.h>
+#include "train/report/png_image.h"
 
 #include <string>
 #include <utility>

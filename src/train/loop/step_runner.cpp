@@ -1,8 +1,8 @@
-#include "train/step_runner.h"
+#include "train/loop/step_runner.h"
 
-#include "train/diloco_support.h"
-#include "train/fsdp_support.h"
-#include "train/precision_support.h"
+#include "train/loop/diloco_support.h"
+#include "train/loop/fsdp_support.h"
+#include "train/loop/precision_support.h"
 
 #include <lockstep/env_contract.h>
 #include <lockstep/numerics/non_finite.h>

@@ -1,4 +1,4 @@
-#include <lockstep/train/lr_schedule.h>
+#include "train/loop/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>

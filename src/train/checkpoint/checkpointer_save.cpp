@@ -12,9 +12,9 @@
 //                  sizes) and rank 0's writer commits (meta.json, rename, LATEST, rotate).
 //   settle()       (next save, finish) wait for this rank's job; commit if not yet
 //                  committed; wait for rank 0's commit; allreduce its outcome.
-#include "train/checkpointer.h"
+#include "train/checkpoint/checkpointer.h"
 
-#include "train/diloco_support.h"
+#include "train/loop/diloco_support.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>

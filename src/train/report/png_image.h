@@ -1,4 +1,4 @@
-// lockstep/train/png_image.h: an RGB raster with a few drawing primitives, and its PNG
+// train/report/png_image.h: an RGB raster with a few drawing primitives, and its PNG
 // encoding (zlib's compress2 and crc32): enough for the trainer's loss curve without a
 // plotting program.
 //

@@ -4,14 +4,14 @@
 // step_log, run_report).
 #include <lockstep/train/trainer.h>
 
-#include "train/batch_plan.h"
-#include "train/checkpointer.h"
-#include "train/run_report.h"
-#include "train/step_log.h"
-#include "train/step_runner.h"
+#include "train/checkpoint/checkpointer.h"
+#include "train/loop/batch_plan.h"
+#include "train/loop/lr_schedule.h"
+#include "train/loop/step_runner.h"
+#include "train/report/run_report.h"
+#include "train/report/step_log.h"
 
 #include <lockstep/comm/init.h>
-#include <lockstep/train/lr_schedule.h>
 
 #include <zlib.h>
 

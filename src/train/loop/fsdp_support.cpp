@@ -1,6 +1,6 @@
-#include "train/fsdp_support.h"
+#include "train/loop/fsdp_support.h"
 
-#include "train/precision_support.h"
+#include "train/loop/precision_support.h"
 
 #include <optional>
 #include <string>

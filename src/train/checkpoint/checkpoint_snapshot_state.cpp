@@ -1,6 +1,6 @@
 // The optimizer's and FSDP's snapshots (checkpoint_staging.h): the archives
 // torch::optim::serialize and FSDPCore::sharded_state write, over staged tensors.
-#include "train/checkpoint_staging.h"
+#include "train/checkpoint/checkpoint_staging.h"
 
 #include <lockstep/compat.h>
 #include <lockstep/error.h>

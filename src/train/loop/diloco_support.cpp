@@ -1,4 +1,4 @@
-#include "train/diloco_support.h"
+#include "train/loop/diloco_support.h"
 
 #include <cstdio>
 

@@ -1,4 +1,4 @@
-#include "train/batch_plan.h"
+#include "train/loop/batch_plan.h"
 
 #include <algorithm>
 #include <climits>

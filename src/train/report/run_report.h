@@ -2,8 +2,9 @@
 // loss-curve PNG, summary.json and the printed summary (docs/trainer.md, "Outputs").
 #pragma once
 
+#include "train/report/tensorboard_writer.h"
+
 #include <lockstep/train/config.h>
-#include <lockstep/train/tensorboard_writer.h>
 #include <lockstep/train/workload.h>
 
 #include <cstdint>

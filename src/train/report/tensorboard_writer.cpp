@@ -1,4 +1,4 @@
-#include <lockstep/train/tensorboard_writer.h>
+#include "train/report/tensorboard_writer.h"
 
 #include <lockstep/error.h>
 

@@ -1,4 +1,4 @@
-#include "train/precision_support.h"
+#include "train/loop/precision_support.h"
 
 #include <lockstep/numerics/anyprecision_adamw.h>
 

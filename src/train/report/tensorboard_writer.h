@@ -1,4 +1,4 @@
-// lockstep/train/tensorboard_writer.h: scalar summaries in TensorBoard's event-file format.
+// train/report/tensorboard_writer.h: scalar summaries in TensorBoard's event-file format.
 //
 // No TensorFlow or protobuf dependency: the file is a sequence of TFRecords
 //   uint64 length | uint32 masked_crc32c(length) | Event bytes | uint32 masked_crc32c(bytes)

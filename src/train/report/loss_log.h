@@ -1,4 +1,4 @@
-// lockstep/train/loss_log.h: the per-rank CSV of per-step training loss.
+// train/report/loss_log.h: the per-rank CSV of per-step training loss.
 //
 // Columns: step,epoch,loss,lr,step_s. Losses are written with 9 significant digits
 // (round-trips a float32 exactly), so two runs can be compared bit for bit from their

@@ -1,7 +1,8 @@
-#include "train/run_report.h"
+#include "train/report/run_report.h"
+
+#include "train/report/loss_plot.h"
 
 #include <lockstep/train/atomic_file.h>
-#include <lockstep/train/loss_plot.h>
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-// lockstep/train/lr_schedule.h: linear warmup then cosine decay.
+// train/loop/lr_schedule.h: linear warmup then cosine decay.
 //
 // Stateless in the step: lr(step) depends only on the step, so a checkpoint needs to store
 // nothing but the step for the schedule to resume exactly.

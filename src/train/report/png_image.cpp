@@ -1,4 +1,4 @@
-#include <lockstep/train/png_image.h>
+#include "train/report/png_image.h"
 
 #include <lockstep/error.h>
 

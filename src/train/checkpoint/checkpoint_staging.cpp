@@ -1,5 +1,5 @@
 // HostStaging (reusable copies of storages) and the module snapshot; see the header.
-#include "train/checkpoint_staging.h"
+#include "train/checkpoint/checkpoint_staging.h"
 
 #include <lockstep/error.h>
 

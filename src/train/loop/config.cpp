@@ -1,7 +1,7 @@
 // Schema-checked TOML loading: toml++ parses, ConfigSchema (config_schema.h) checks every
 // key of the trainer's sections and of the workload's.
 #include <lockstep/train/config.h>
-#include "train/diloco_support.h"
+#include "train/loop/diloco_support.h"
 
 #include <lockstep/numerics/autocast.h>
 #include <lockstep/parallel/fsdp/options.h>

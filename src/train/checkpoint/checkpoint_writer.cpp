@@ -1,4 +1,4 @@
-#include "train/checkpoint_writer.h"
+#include "train/checkpoint/checkpoint_writer.h"
 
 #include <lockstep/error.h>
 

@@ -2,12 +2,12 @@
 // the progress bar (rank 0), and the time of every epoch that ran whole in this process.
 #pragma once
 
-#include "train/batch_plan.h"
+#include "train/loop/batch_plan.h"
+#include "train/report/loss_log.h"
+#include "train/report/tensorboard_writer.h"
 
 #include <lockstep/train/config.h>
-#include <lockstep/train/loss_log.h>
 #include <lockstep/train/progress_bar.h>
-#include <lockstep/train/tensorboard_writer.h>
 #include <lockstep/train/workload.h>
 
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include <lockstep/train/loss_log.h>
+#include "train/report/loss_log.h"
 
 #include <lockstep/error.h>
 #include <lockstep/train/atomic_file.h>
