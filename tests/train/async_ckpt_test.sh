@@ -5,7 +5,7 @@
 #      addresses that differ between any two runs) and train identically;
 #  (b) a rank killed at each point of the background write or of the commit of step 20's
 #      checkpoint (the test-only hook LOCKSTEP_TEST_CHECKPOINT_KILL, see
-#      src/train/checkpoint_writer.h) leaves step 10's checkpoint named by LATEST and
+#      src/train/checkpoint/checkpoint_writer.h) leaves step 10's checkpoint named by LATEST and
 #      intact; --resume continues from it and follows the uninterrupted run bit for bit
 #      (per-step losses on every rank, parameter CRC, metrics).
 set -uo pipefail

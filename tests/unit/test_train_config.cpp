@@ -343,7 +343,8 @@ diloco_compression = "qsgd"
   // Ignored by the other kinds, as FSDP's keys (a config switches kind with one --set).
   EXPECT_EQ(parse("[strategy]\nkind = \"ddp\"\ndiloco_fragments = 2\n").config.strategy.kind,
             "ddp");
-  std::string m = error_of("[strategy]\nkind = \"diloco\"\ndiloco_inner_steps = 4\ndiloco_fragments = 5\n");
+  std::string m =
+      error_of("[strategy]\nkind = \"diloco\"\ndiloco_inner_steps = 4\ndiloco_fragments = 5\n");
   EXPECT_NE(m.find("test.toml:4:"), std::string::npos) << m;
   EXPECT_NE(m.find("key 'strategy.diloco_fragments' = 5: must be in [1, inner_steps = 4]"),
             std::string::npos)

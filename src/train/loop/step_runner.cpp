@@ -140,9 +140,9 @@ std::string join(const std::vector<int>& ranks) {
 }  // namespace
 
 // True when the step may go on. The decision is the group's (one small allreduce), so every
-// rank skips, throws or steps alike (under DiLoCo each replica's own: no collective). With loss scaling the scaler decides (an overflow is
-// expected now and then: skip and back off); else the guard checks the loss and this
-// rank's gradients (under FSDP its shards).
+// rank skips, throws or steps alike (under DiLoCo each replica's own: no collective). With loss
+// scaling the scaler decides (an overflow is expected now and then: skip and back off); else the
+// guard checks the loss and this rank's gradients (under FSDP its shards).
 bool StepRunner::finite_or_skip(double loss_sum, int64_t step_number) {
   if (scaler_) {
     scaler_->unscale(*optimizer_);
