@@ -32,8 +32,8 @@ TORCH2_PY      := $(CURDIR)/.venv-bench/bin/python
 TORCH2_TARGETS := unit_launch unit_comm unit_data unit_ddp unit_compress unit_numerics \
                   unit_cuda unit_cuda_stream \
                   lockstep-run collectives_check ddp_equivalence fsdp_equivalence powersgd_check diloco_check \
-                  lockstep_models lockstep_train lockstep-train
-TORCH2_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics|cuda|cuda_stream)\.|(collectives|ddp_equivalence|fsdp_equivalence|powersgd|diloco)_(shm|gloo)_np2|mismatch_detected_(shm|gloo)|packaging_(install|consumer_cmake)|tensorboard_reader|powersgd_torch_(reference|shm|gloo))
+                  lockstep_models lockstep_train lockstep-train ctsm_score_exported
+TORCH2_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics|cuda|cuda_stream)\.|(collectives|ddp_equivalence|fsdp_equivalence|powersgd|diloco)_(shm|gloo)_np2|mismatch_detected_(shm|gloo)|packaging_(install|consumer_cmake)|tensorboard_reader|train_(resume|async_ckpt|diloco)$$|powersgd_torch_(reference|shm|gloo))
 
 .PHONY: all deps deps-bench deps-torch2 configure build test test-hosts test-asan test-tsan test-nompi \
         test-torch2 test-python package lint format demo demo-fashion-mnist bench clean

@@ -13,6 +13,7 @@
 
 #include <sstream>
 #include <type_traits>
+#include <utility>
 
 namespace lockstep::train {
 namespace {
@@ -22,11 +23,23 @@ using lockstep::optim::AnyPrecisionAdamWParamState;
 using torch::serialize::InputArchive;
 using torch::serialize::OutputArchive;
 
-// How torch names a parameter in an optimizer archive: its TensorImpl's address.
+// The key type of an optimizer's state map: the parameter's TensorImpl address as text in
+// libtorch 1.x, the address itself in 2.x.
+using StateKey =
+    std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state().begin()->first)>;
+
+// How torch's serializer names a parameter in an optimizer archive: its TensorImpl's address,
+// in hex where the state is keyed by text (libtorch 1.x: c10::guts::to_string), in decimal
+// where it is keyed by the pointer (2.x: std::to_string of the integer, read back with
+// std::stoull, so a hex name would load every state onto one key).
 std::string address_of(const void* p) {
-  std::ostringstream os;
-  os << p;
-  return os.str();
+  if constexpr (std::is_same_v<StateKey, std::string>) {
+    std::ostringstream os;
+    os << p;
+    return os.str();
+  } else {
+    return std::to_string(reinterpret_cast<size_t>(p));
+  }
 }
 
 template <class K>
