@@ -2,7 +2,10 @@
 BUILD ?= build
 JOBS  ?= 2
 # CI (CI=true) turns warnings into errors; a user's build only warns.
-WERROR ?= $(if $(filter true 1,$(CI)),ON,OFF)
+# Otherwise a build folder keeps the setting it was configured with (passing OFF after a CI
+# run would recompile everything); WERROR=OFF or ON on the command line sets it.
+WERROR ?= $(if $(filter true 1,$(CI)),ON,)
+WERROR_FLAG = $(if $(WERROR),-DLOCKSTEP_WERROR=$(WERROR))
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 CTEST_FLAGS ?=
 NPROC ?= 2
@@ -51,7 +54,7 @@ deps-torch2:
 
 # Always (re)configure: cheap when nothing changed, and a failed first configure is retried.
 configure: deps
-	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DLOCKSTEP_WERROR=$(WERROR)
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) $(WERROR_FLAG)
 
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)
@@ -66,12 +69,12 @@ test-hosts: build
 
 # AddressSanitizer + UndefinedBehaviorSanitizer, and ThreadSanitizer, over SAN_TESTS.
 test-asan: deps
-	cmake -S . -B build-asan $(SAN_FLAGS) -DLOCKSTEP_SANITIZE=address,undefined -DLOCKSTEP_WERROR=$(WERROR)
+	cmake -S . -B build-asan $(SAN_FLAGS) -DLOCKSTEP_SANITIZE=address,undefined $(WERROR_FLAG)
 	cmake --build build-asan -j$(JOBS) --target $(SAN_TARGETS)
 	cd build-asan && ctest --output-on-failure -R '$(SAN_TESTS)' $(CTEST_FLAGS)
 
 test-tsan: deps
-	cmake -S . -B build-tsan $(SAN_FLAGS) -DLOCKSTEP_SANITIZE=thread -DLOCKSTEP_WERROR=$(WERROR)
+	cmake -S . -B build-tsan $(SAN_FLAGS) -DLOCKSTEP_SANITIZE=thread $(WERROR_FLAG)
 	cmake --build build-tsan -j$(JOBS) --target $(SAN_TARGETS)
 	cd build-tsan && ctest --output-on-failure -R '$(SAN_TESTS)' $(CTEST_FLAGS)
 
@@ -79,14 +82,14 @@ test-tsan: deps
 # a user gets when asking for the mpi backend.
 test-nompi: deps
 	cmake -S . -B build-nompi -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_WITH_MPI=OFF \
-	  -DLOCKSTEP_CODEC_SIMD=OFF -DLOCKSTEP_BUILD_BENCH=OFF -DLOCKSTEP_WERROR=$(WERROR)
+	  -DLOCKSTEP_CODEC_SIMD=OFF -DLOCKSTEP_BUILD_BENCH=OFF $(WERROR_FLAG)
 	cmake --build build-nompi -j$(JOBS) --target unit_comm unit_compress lockstep-run collectives_check
 	cd build-nompi && ctest --output-on-failure \
 	  -R '^(unit_(comm|compress)\.|collectives_(shm|gloo)_np2|no_mpi_)' $(CTEST_FLAGS)
 
 test-torch2: deps deps-torch2
 	cmake -S . -B build-torch2 -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_BUILD_BENCH=OFF \
-	  -DLOCKSTEP_WERROR=$(WERROR) -DLOCKSTEP_TEST_PYTHON=$(TORCH2_PY) -DLOCKSTEP_CUDA=ON \
+	  $(WERROR_FLAG) -DLOCKSTEP_TEST_PYTHON=$(TORCH2_PY) -DLOCKSTEP_CUDA=ON \
 	  -DCMAKE_PREFIX_PATH="$$($(TORCH2_PY) -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 	cmake --build build-torch2 -j$(JOBS) --target $(TORCH2_TARGETS)
 	cd build-torch2 && ctest --output-on-failure --timeout 600 -R '$(TORCH2_TESTS)' \
