@@ -204,6 +204,24 @@ void check_rounds(const std::string& name, DiLoCoOptions o, double tol) {
   }
 }
 
+// synchronize() leaves every replica at the outer parameters, also when the round has just
+// ended with mixing > 0 (which keeps part of each replica's own values).
+void check_synchronize() {
+  DiLoCoOptions o;
+  o.inner_steps = 3;
+  o.mixing = 0.5;
+  Params p = make_params(torch::kFloat32, 7);
+  auto opt = inner_opt(p);
+  DiLoCo outer(g_group, p, o);
+  for (int64_t t = 1; t <= 2 * o.inner_steps; ++t) {
+    inner_step(p, *opt, g_rank, t, torch::kFloat32);
+    outer.step();
+  }
+  outer.synchronize();
+  tally::report("synchronize() at a round's end with mixing 0.5: replicas identical", spread(p),
+                0.0);
+}
+
 // Training to `split`, a state() taken then, a fresh model, optimizer and DiLoCo loaded from
 // it (a different initialisation, overwritten), trained on to `steps`: the same bits.
 void check_resume(const DiLoCoOptions& o, int64_t split, int64_t steps) {
@@ -267,6 +285,8 @@ int main() {
   g_hidden = 128;        // enough values per layer for the bytes to tell
   check_rounds("DiLoCo 4-bit H = 3", q, 0.0);
   g_hidden = 6;
+
+  check_synchronize();
 
   DiLoCoOptions r = s;
   r.compression = lockstep::diloco::OuterCompression::kQsgd;

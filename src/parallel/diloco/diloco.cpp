@@ -212,14 +212,14 @@ void DiLoCo::outer_step(Slot& s, const at::Tensor& g) {
   s.anchor.add_(d, -opts_.outer_lr);
 }
 
-void DiLoCo::apply(size_t f) {
+void DiLoCo::apply(size_t f, double mixing) {
   Slot& s = *slots_[f];
   complete(s);
   outer_step(s, s.buf);
-  if (opts_.mixing == 0)
+  if (mixing == 0)
     set_local(f, s.anchor);
   else
-    set_local(f, flat_local(f).mul_(opts_.mixing).add_(s.anchor, 1 - opts_.mixing));
+    set_local(f, flat_local(f).mul_(mixing).add_(s.anchor, 1 - mixing));
   s.due = -1;
   s.ready = false;
   ++stats_.syncs;
@@ -232,20 +232,20 @@ void DiLoCo::step() {
     if (inner_ % H == frags_[f].offset) start(f);
   // At most one fragment starts per step, so the due steps order the applies as the starts.
   for (size_t f = 0; f < frags_.size(); ++f)
-    if (slots_[f]->due >= 0 && slots_[f]->due <= inner_) apply(f);
+    if (slots_[f]->due >= 0 && slots_[f]->due <= inner_) apply(f, opts_.mixing);
 }
 
 void DiLoCo::synchronize() {
   for (size_t f = 0; f < frags_.size(); ++f)
-    if (slots_[f]->due >= 0) apply(f);
-  const double mixing = opts_.mixing;
-  opts_.mixing = 0;
-  for (size_t f = 0; f < frags_.size(); ++f)
-    if (slots_[f]->started != inner_) {  // else it was just applied with nothing new since
-      start(f);
-      apply(f);
+    if (slots_[f]->due >= 0) apply(f, opts_.mixing);
+  for (size_t f = 0; f < frags_.size(); ++f) {
+    if (slots_[f]->started == inner_) {  // started (and applied) this step: nothing new since
+      set_local(f, slots_[f]->anchor);   // the outer parameters, also where mixing kept some local
+      continue;
     }
-  opts_.mixing = mixing;
+    start(f);
+    apply(f, 0.0);
+  }
 }
 
 std::map<std::string, at::Tensor> DiLoCo::state() {

@@ -114,6 +114,8 @@ class Checkpointer {
   std::string meta_json(int64_t step, double last_loss) const;
   std::vector<PendingFile> live_files();
   std::vector<PendingFile> staged_files();
+  std::vector<PendingFile> full_files(const std::string& model, const std::string& optimizer,
+                                      bool staged);
   std::vector<PendingFile> replica_files(bool staged);
   void write_files(int64_t step, const std::vector<PendingFile>& files);
   void poll();

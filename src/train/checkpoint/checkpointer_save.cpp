@@ -77,12 +77,7 @@ std::vector<Checkpointer::PendingFile> Checkpointer::live_files() {
                        w.append(b.data(), b.size());
                      }});
   } else if (ctx_.rank == 0) {
-    files.push_back({"model.pt", [this](AtomicFileWriter& w) {
-                       save_archive(w, [this](OutputArchive& ar) { model_->save(ar); });
-                     }});
-    files.push_back({"optimizer.pt", [this](AtomicFileWriter& w) {
-                       save_archive(w, [this](OutputArchive& ar) { optimizer_.save(ar); });
-                     }});
+    files = full_files("model.pt", "optimizer.pt", false);
   }
   return files;
 }
@@ -100,43 +95,43 @@ std::vector<Checkpointer::PendingFile> Checkpointer::staged_files() {
                        save_archive(w, [&s](OutputArchive& ar) { s->write(ar); });
                      }});
   } else if (ctx_.rank == 0) {
-    std::shared_ptr<ModuleSnapshot> m = snapshot_module(*model_, staging_);
-    std::shared_ptr<OptimizerSnapshot> o = snapshot_optimizer(optimizer_, staging_);
-    files.push_back({"model.pt", [m](AtomicFileWriter& w) {
-                       save_archive(w, [&m](OutputArchive& ar) { m->write(ar); });
-                     }});
-    files.push_back({"optimizer.pt", [o](AtomicFileWriter& w) {
-                       save_archive(w, [&o](OutputArchive& ar) { o->write(ar); });
-                     }});
+    files = full_files("model.pt", "optimizer.pt", true);
   }
   staging_.end();
   return files;
+}
+
+// The whole model and optimizer under `model` and `optimizer`: staged copies (async) or
+// the live objects, read by the writer while the step waits (sync).
+std::vector<Checkpointer::PendingFile> Checkpointer::full_files(const std::string& model,
+                                                                const std::string& optimizer,
+                                                                bool staged) {
+  if (!staged)
+    return {{model,
+             [this](AtomicFileWriter& w) {
+               save_archive(w, [this](OutputArchive& ar) { model_->save(ar); });
+             }},
+            {optimizer, [this](AtomicFileWriter& w) {
+               save_archive(w, [this](OutputArchive& ar) { optimizer_.save(ar); });
+             }}};
+  std::shared_ptr<ModuleSnapshot> m = snapshot_module(*model_, staging_);
+  std::shared_ptr<OptimizerSnapshot> o = snapshot_optimizer(optimizer_, staging_);
+  return {
+      {model,
+       [m](AtomicFileWriter& w) { save_archive(w, [&m](OutputArchive& ar) { m->write(ar); }); }},
+      {optimizer,
+       [o](AtomicFileWriter& w) { save_archive(w, [&o](OutputArchive& ar) { o->write(ar); }); }}};
 }
 
 // DiLoCo: this rank's replica (model, inner optimizer) and the outer loop's state, staged
 // or live. DiLoCo::state() waits for an exchange in flight (its result is part of it).
 std::vector<Checkpointer::PendingFile> Checkpointer::replica_files(bool staged) {
   std::map<std::string, at::Tensor> st = diloco_->state();
-  std::vector<PendingFile> files;
-  const int r = ctx_.rank;
-  if (staged) {
+  if (staged)
     for (auto& [k, v] : st) v = staging_.stage(v);
-    std::shared_ptr<ModuleSnapshot> m = snapshot_module(*model_, staging_);
-    std::shared_ptr<OptimizerSnapshot> o = snapshot_optimizer(optimizer_, staging_);
-    files.push_back({rank_file_name("model", r), [m](AtomicFileWriter& w) {
-                       save_archive(w, [&m](OutputArchive& ar) { m->write(ar); });
-                     }});
-    files.push_back({rank_file_name("optimizer", r), [o](AtomicFileWriter& w) {
-                       save_archive(w, [&o](OutputArchive& ar) { o->write(ar); });
-                     }});
-  } else {
-    files.push_back({rank_file_name("model", r), [this](AtomicFileWriter& w) {
-                       save_archive(w, [this](OutputArchive& ar) { model_->save(ar); });
-                     }});
-    files.push_back({rank_file_name("optimizer", r), [this](AtomicFileWriter& w) {
-                       save_archive(w, [this](OutputArchive& ar) { optimizer_.save(ar); });
-                     }});
-  }
+  const int r = ctx_.rank;
+  std::vector<PendingFile> files =
+      full_files(rank_file_name("model", r), rank_file_name("optimizer", r), staged);
   files.push_back({diloco_file_name(r), [st](AtomicFileWriter& w) {
                      save_archive(w, [&st](OutputArchive& ar) { write_named(ar, st); });
                    }});

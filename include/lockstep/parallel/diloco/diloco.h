@@ -128,7 +128,7 @@ class DiLoCo {
  private:
   struct Slot;  // one fragment's buffers and exchange
   void start(size_t f);
-  void apply(size_t f);
+  void apply(size_t f, double mixing);
   void complete(Slot& s);
   void outer_step(Slot& s, const at::Tensor& avg);
   at::Tensor flat_local(size_t f) const;
