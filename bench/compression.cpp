@@ -16,7 +16,7 @@
 #include <lockstep/lockstep.h>
 #include <lockstep/models/mlp.h>
 #include <lockstep/parallel/ddp/ddp.h>
-#include <lockstep/parallel/hooks/qsgd_hook.h>
+#include <lockstep/parallel/ddp/hooks/qsgd_hook.h>
 #include <torch/torch.h>
 
 #include <ATen/ATen.h>
@@ -195,7 +195,7 @@ void time_ddp_step(const std::shared_ptr<ProcessGroup>& g, bool hook, int steps)
     compress::QsgdOptions o;
     o.bits = 4;
     o.use_env = false;
-    ddp.register_comm_hook(compress::qsgd(o));
+    ddp.register_comm_hook(ddp::hooks::qsgd(o));
   }
   torch::optim::SGD opt(ddp.parameters(), 0.01);
   at::Tensor xb = torch::randn({64, 1024}), yb = torch::randint(0, 10, {64});

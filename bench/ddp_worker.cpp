@@ -101,7 +101,7 @@ std::vector<StepTimes> train_steps(ProcessGroup& g, DDP& ddp, torch::optim::SGD&
     const double t0 = now_s();
     opt.zero_grad();
     {
-      lockstep::amp::Autocast ac({.enabled = a.bf16});
+      lockstep::numerics::Autocast ac({.enabled = a.bf16});
       loss = torch::nn::functional::cross_entropy(ddp(xb), yb);
     }
     const double t1 = now_s();
@@ -134,7 +134,7 @@ std::vector<double> backward_nosync(ProcessGroup& g, DDP& ddp, torch::optim::SGD
       opt.zero_grad();
       at::Tensor l;
       {
-        lockstep::amp::Autocast ac({.enabled = bf16});
+        lockstep::numerics::Autocast ac({.enabled = bf16});
         l = torch::nn::functional::cross_entropy(ddp(xb), yb);
       }
       const double t0 = now_s();

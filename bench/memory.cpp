@@ -1,4 +1,4 @@
-// lockstep-bench memory: selective activation checkpointing (lockstep::CheckpointPolicy:
+// lockstep-bench memory: selective activation checkpointing (lockstep::numerics::CheckpointPolicy:
 // whole layers or their attention / MLP sub-blocks, every k-th layer, dropout masks kept or
 // drawn again) against the plain model: the activation memory autograd holds per step, the
 // peak tensor memory and peak RSS of a step, and the step time, each as a ratio to the
@@ -9,8 +9,8 @@
 // The model is a transformer-like stack of the CTSM shape at long histories (max_len 512,
 // 8 layers; causal self-attention with dropout on the attention weights and both residual
 // branches + feed-forward, pre-norm, residuals) fed with random embeddings, trained with
-// AdamW. Its layers run through lockstep::run_residual_layer with the variant's plan and use
-// lockstep::Dropout. Each variant's memory is measured in a fresh process (this program with
+// AdamW. Its layers run through lockstep::numerics::run_residual_layer with the variant's plan and use
+// lockstep::numerics::Dropout. Each variant's memory is measured in a fresh process (this program with
 // --worker memory) so that its peak RSS is its own; tensor bytes come from the counting CPU
 // allocator of bench/fsdp_memory.h. The step times of all variants come from one process
 // (--worker time) whose steps go round the variants, so that a change in the machine's load
@@ -21,7 +21,7 @@
 #include "jobs.h"
 
 #include <lockstep/error.h>
-#include <lockstep/numerics/checkpoint_policy.h>
+#include <lockstep/numerics/activation_checkpoint_policy.h>
 #include <lockstep/numerics/dropout.h>
 #include <torch/torch.h>
 
@@ -54,6 +54,9 @@ struct Options {
 };
 
 using TensorVec = std::vector<torch::Tensor>;
+using numerics::CheckpointPolicy;
+using numerics::LayerCheckpointing;
+using numerics::ResidualLayer;
 
 // "plain" or BLOCKS:K[:redraw] (BLOCKS: layer, attention, mlp; redraw: masks drawn again).
 CheckpointPolicy parse_variant(const std::string& spec) {
@@ -69,7 +72,7 @@ CheckpointPolicy parse_variant(const std::string& spec) {
                  "lockstep-bench memory: variant '", spec,
                  "' is not BLOCKS:K or BLOCKS:K:redraw (e.g. layer:2, attention:1:redraw)");
   p.enabled = true;
-  p.blocks = parse_checkpoint_blocks(parts[0]);
+  p.blocks = numerics::parse_checkpoint_blocks(parts[0]);
   p.every = std::stoll(parts[1]);
   LOCKSTEP_CHECK(p.every >= 1, "lockstep-bench memory: variant '", spec, "': K must be >= 1");
   p.keep_dropout_masks = parts.size() == 2;
@@ -88,7 +91,7 @@ struct AttentionImpl : torch::nn::Module {
     ln = register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.d_model})));
     qkv = register_module("qkv", torch::nn::Linear(o.d_model, 3 * o.d_model));
     proj = register_module("proj", torch::nn::Linear(o.d_model, o.d_model));
-    drop = register_module("drop", lockstep::Dropout(o.dropout));
+    drop = register_module("drop", numerics::Dropout(o.dropout));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     const int64_t B = x.size(0), L = x.size(1), D = x.size(2), dh = D / heads;
@@ -101,7 +104,7 @@ struct AttentionImpl : torch::nn::Module {
   int64_t heads;
   torch::nn::LayerNorm ln{nullptr};
   torch::nn::Linear qkv{nullptr}, proj{nullptr};
-  lockstep::Dropout drop{nullptr};
+  numerics::Dropout drop{nullptr};
 };
 TORCH_MODULE(Attention);
 
@@ -111,12 +114,12 @@ struct FeedForwardImpl : torch::nn::Module {
     ln = register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.d_model})));
     ff1 = register_module("ff1", torch::nn::Linear(o.d_model, o.d_ff));
     ff2 = register_module("ff2", torch::nn::Linear(o.d_ff, o.d_model));
-    drop = register_module("drop", lockstep::Dropout(o.dropout));
+    drop = register_module("drop", numerics::Dropout(o.dropout));
   }
   torch::Tensor forward(const torch::Tensor& x) { return drop(ff2(torch::gelu(ff1(ln(x))))); }
   torch::nn::LayerNorm ln{nullptr};
   torch::nn::Linear ff1{nullptr}, ff2{nullptr};
-  lockstep::Dropout drop{nullptr};
+  numerics::Dropout drop{nullptr};
 };
 TORCH_MODULE(FeedForward);
 
@@ -132,7 +135,7 @@ struct LayerImpl : torch::nn::Module {
     layer.attention_params = attn->parameters();
     layer.mlp = [f = ff](const torch::Tensor& x) mutable { return f(x); };
     layer.mlp_params = ff->parameters();
-    return run_residual_layer(plan, layer, h);
+    return numerics::run_residual_layer(plan, layer, h);
   }
   LayerCheckpointing plan;
   Attention attn{nullptr};
@@ -243,7 +246,7 @@ bool run_worker(const Options& o, const std::string& mode, size_t variant,
 std::string describe(const std::string& spec) {
   const CheckpointPolicy p = parse_variant(spec);
   if (!p.enabled) return "plain";
-  return std::string(checkpoint_blocks_name(p.blocks)) + ", every " + std::to_string(p.every) +
+  return std::string(numerics::checkpoint_blocks_name(p.blocks)) + ", every " + std::to_string(p.every) +
          (p.keep_dropout_masks ? "" : ", masks redrawn");
 }
 

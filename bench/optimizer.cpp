@@ -1,6 +1,6 @@
 // lockstep-bench optimizer: the memory per parameter (parameter + gradient + optimizer
 // states, as held between steps) and the step time of torch::optim::AdamW in fp32 against
-// lockstep::optim::AnyPrecisionAdamW in fp32, and in pure bf16 with and without Kahan
+// lockstep::numerics::AnyPrecisionAdamW in fp32, and in pure bf16 with and without Kahan
 // summation, on the same parameter count, in one run.
 //
 //   lockstep-bench optimizer [--params 20000000] [--steps 10]
@@ -65,15 +65,15 @@ int64_t held_bytes(const std::vector<torch::Tensor>& ps, const torch::optim::Opt
   for (const auto& [key, st] : opt.state()) {
     if (const auto* a = dynamic_cast<const torch::optim::AdamWParamState*>(st.get()))
       b += bytes_of(a->exp_avg()) + bytes_of(a->exp_avg_sq()) + bytes_of(a->max_exp_avg_sq());
-    if (const auto* s = dynamic_cast<const optim::AnyPrecisionAdamWParamState*>(st.get()))
+    if (const auto* s = dynamic_cast<const numerics::AnyPrecisionAdamWParamState*>(st.get()))
       b += bytes_of(s->exp_avg()) + bytes_of(s->exp_avg_sq()) + bytes_of(s->compensation());
   }
   return b;
 }
 
 std::vector<Variant> variants() {
-  using optim::AnyPrecisionAdamW;
-  using optim::AnyPrecisionAdamWOptions;
+  using numerics::AnyPrecisionAdamW;
+  using numerics::AnyPrecisionAdamWOptions;
   auto any = [](AnyPrecisionAdamWOptions o) -> Factory {
     return [o](const std::vector<torch::Tensor>& ps) {
       return std::make_unique<AnyPrecisionAdamW>(ps, o);

@@ -12,6 +12,11 @@ rules keep comm's backends and the Python extension apart from what is not their
   - python/ (the torch.distributed extension) includes lockstep's public headers
     (<lockstep/...>) only, never a layer's private header under src/ or a workload.
 
+And namespaces follow folders: library code defines things in its folder's namespace
+(or one nested in it): lockstep for include/lockstep/*.h, lockstep::<layer> for a layer,
+lockstep::<sub> for parallel/<sub>/ (ddp, fsdp, diloco). A block of another namespace may
+only declare (`class X;`, `using ...;`), never define.
+
   scripts/layers.py              check the tree; exit 1 naming each offending include
   scripts/layers.py --root DIR   check the tree at DIR instead (the check's own test)
   scripts/layers.py --table      print the rule
@@ -118,11 +123,71 @@ def check_python(root: pathlib.Path, workload_dirs):
     return problems
 
 
+def namespace_of_path(rel: pathlib.PurePosixPath):
+    """The namespace a library file's definitions belong to (its folder's)."""
+    layer = layer_of_path(rel)
+    if layer in (None, "workload", "lockstep"):
+        return None
+    if layer == "base":
+        return "lockstep"
+    parts = rel.parts[1:] if rel.parts[0] == "src" else rel.parts[2:]
+    if layer == "parallel" and len(parts) > 2:
+        return "lockstep::" + parts[1]
+    return "lockstep::" + layer
+
+
+CODE_NOISE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+NAMESPACE_TOKEN = re.compile(r"\bnamespace\s+([A-Za-z_][\w:]*)?\s*\{|[{}]")
+
+
+def namespace_blocks(text: str):
+    """(qualified name, body, line) of each named namespace block; '' for anonymous ones."""
+    code = CODE_NOISE.sub(lambda m: "\n" * m.group(0).count("\n") if m.group(0)[0] in "/" else '""',
+                          text)
+    stack, blocks = [], []  # stack: (qualified name or None for a plain brace, body start)
+    for m in NAMESPACE_TOKEN.finditer(code):
+        tok = m.group(0)
+        if tok == "}":
+            if stack:
+                name, start, line = stack.pop()
+                if name is not None:
+                    blocks.append((name, code[start:m.start()], line))
+            continue
+        outer = next((n for n, _, _ in reversed(stack) if n is not None), "")
+        if tok == "{":
+            stack.append((None, m.end(), 0))
+            continue
+        own = m.group(1) or ""
+        name = "::".join(x for x in (outer, own) if x) if own else outer
+        stack.append((name, m.end(), code.count("\n", 0, m.start()) + 1))
+    return blocks
+
+
+def check_namespaces(root: pathlib.Path):
+    """Library code defines things in its folder's namespace only."""
+    problems = []
+    for top in LIBRARY_ROOTS:
+        for path, rel in sources(root, top):
+            want = namespace_of_path(rel)
+            if want is None or path.suffix in (".cu", ".cuh"):
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            for name, body, line in namespace_blocks(text):
+                inside = name == want or name.startswith(want + "::")
+                if inside or "{" not in body and not name.startswith(want + "::"):
+                    continue
+                problems.append(f"{rel}:{line}: defines in namespace {name or '(global)'}: a file "
+                                f"in this folder defines in {want} (or a namespace inside it); "
+                                f"elsewhere it may only declare (class X; using ...;)")
+    return problems
+
+
 def check(root: pathlib.Path):
     workload_dirs = {p.name for p in root.glob("workloads/*/include/*") if p.is_dir()}
     problems = check_layers(root, workload_dirs)
     problems += check_backends(root)
     problems += check_python(root, workload_dirs)
+    problems += check_namespaces(root)
     return problems
 
 
@@ -163,6 +228,8 @@ def main(argv):
             print(f"{layer:10} -> {', '.join(below) or '(nothing)'}")
         print(f"{'backend':10} -> comm's root and its own folder (src/comm/backends/<b>/)")
         print(f"{'python':10} -> public headers (include/lockstep/) only")
+        print(f"{'namespace':10} -> the folder's: lockstep, lockstep::<layer>, lockstep::<sub> "
+              f"for parallel/<sub>/")
         return 0
     problems = check(root)
     for p in problems:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make lint: clang-format (.clang-format, check only) and clang-tidy (.clang-tidy) over every
 # C++ source of the project; exits non-zero on the first kind of finding it reports.
-#   scripts/lint.sh [BUILD_DIR]     BUILD_DIR holds compile_commands.json (default: build)
+#   scripts/lint.sh [BUILD_DIR]     BUILD_DIR holds compile_commands.json (default: build),
+#                                   configured with -DCMAKE_UNITY_BUILD=OFF (make lint does)
 #   LINT_FILES="a.cpp b.cpp" scripts/lint.sh   only these files (clang-tidy)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,11 @@ echo "lint: clang-format"
 git ls-files '*.cpp' '*.h' | xargs clang-format --dry-run --Werror
 
 [[ -f $build/compile_commands.json ]] || { echo "lint: $build/compile_commands.json missing: run make configure" >&2; exit 2; }
+if grep -q '/Unity/unity_' "$build/compile_commands.json"; then
+  echo "lint: $build was configured as a unity build (its compile commands name batches, not" \
+       "sources): configure it with -DCMAKE_UNITY_BUILD=OFF, as make lint does" >&2
+  exit 2
+fi
 # The project's sources that this configuration compiles (compile_commands.json).
 files=${LINT_FILES:-$(python3 - "$build/compile_commands.json" <<'PY'
 import json, os, subprocess, sys

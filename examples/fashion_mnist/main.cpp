@@ -9,8 +9,8 @@
 #include <lockstep/lockstep.h>
 #include <lockstep/models/convnet.h>
 #include <lockstep/parallel/ddp/ddp.h>
-#include <lockstep/parallel/hooks/default_hooks.h>
-#include <lockstep/parallel/hooks/qsgd_hook.h>
+#include <lockstep/parallel/ddp/hooks/default_hooks.h>
+#include <lockstep/parallel/ddp/hooks/qsgd_hook.h>
 #include <lockstep/train/progress_bar.h>
 
 #include <torch/torch.h>
@@ -116,7 +116,7 @@ void register_compression(DDP& ddp, const Flags& flags) {
     q.bits = flags.compression == "qsgd4" ? 4 : 2;
     q.bucket_size = 128;
     q.seed = flags.seed;
-    ddp.register_comm_hook(lockstep::compress::qsgd(q));
+    ddp.register_comm_hook(lockstep::ddp::hooks::qsgd(q));
   }
 }
 

@@ -13,7 +13,7 @@
 
 #include "lockstep/env_contract.h"
 #include "lockstep/launch/error_file.h"
-#include "lockstep/launch/exit_status.h"
+#include "launch/exit_status.h"
 #include "spawn.h"
 
 namespace lockstep::launch {
@@ -29,8 +29,6 @@ void write_all(int fd, const std::string& s) {
     off += std::size_t(n);
   }
 }
-
-void say(const std::string& msg) { write_all(2, "lockstep-run: " + msg + "\n"); }
 
 std::string seconds(double s) {
   char buf[32];
@@ -363,5 +361,7 @@ void Group::print_interrupt_summary() const {
            "): " + outcome_of(r) + "\n";
   write_all(2, "lockstep-run: interrupted by " + signal_name(interrupted_by_) + "; ranks:\n" + msg);
 }
+
+void say(const std::string& msg) { write_all(2, "lockstep-run: " + msg + "\n"); }
 
 }  // namespace lockstep::launch

@@ -7,12 +7,15 @@
 #include <string>
 #include <vector>
 
-#include "lockstep/launch/line_buffer.h"
+#include "launch/line_buffer.h"
 #include "lockstep/launch/options.h"
 #include "lockstep/launch/rank_env.h"
 #include "signal_pipe.h"
 
 namespace lockstep::launch {
+
+// One line of the launcher's own on stderr: "lockstep-run: <msg>".
+void say(const std::string& msg);
 
 struct AttemptResult {
   enum class Outcome { Success, RankFailed, CannotExecute, Interrupted };

@@ -22,11 +22,6 @@ namespace {
 
 using detail::concat;
 
-void say(const std::string& msg) {
-  std::string line = "lockstep-run: " + msg + "\n";
-  (void)!write(2, line.data(), line.size());
-}
-
 // If the launcher was started with fd 0, 1 or 2 closed, a pipe could land there and the
 // child's dup2 onto 1/2 would clobber it; park /dev/null on the gaps first.
 void ensure_std_fds_open() {

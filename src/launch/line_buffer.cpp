@@ -1,5 +1,5 @@
 // Line splitting for rank output.
-#include "lockstep/launch/line_buffer.h"
+#include "launch/line_buffer.h"
 
 namespace lockstep::launch {
 

@@ -9,7 +9,7 @@
 
 #include <cmath>
 
-namespace lockstep::optim {
+namespace lockstep::numerics {
 namespace {
 
 using torch::Tensor;
@@ -19,12 +19,12 @@ bool is_float_dtype(c10::ScalarType t) {
 }
 
 template <typename... Args>
-void require(bool ok, const Args&... message) {
+void require_adamw(bool ok, const Args&... message) {
   if (!ok) throw InvalidArgument(detail::concat("AnyPrecisionAdamW: ", message...));
 }
 
 void require_dtype(const char* option, c10::ScalarType t) {
-  require(is_float_dtype(t), "option ", option, " must be a floating dtype (float32, float64, ",
+  require_adamw(is_float_dtype(t), "option ", option, " must be a floating dtype (float32, float64, ",
           "bfloat16, float16), not ", c10::toString(t));
 }
 
@@ -72,12 +72,12 @@ double AnyPrecisionAdamWOptions::get_lr() const { return lr(); }
 void AnyPrecisionAdamWOptions::set_lr(const double lr) { this->lr(lr); }
 
 void AnyPrecisionAdamWOptions::validate() const {
-  require(lr() >= 0, "option lr must be >= 0, not ", lr());
-  require(eps() >= 0, "option eps must be >= 0, not ", eps());
-  require(weight_decay() >= 0, "option weight_decay must be >= 0, not ", weight_decay());
+  require_adamw(lr() >= 0, "option lr must be >= 0, not ", lr());
+  require_adamw(eps() >= 0, "option eps must be >= 0, not ", eps());
+  require_adamw(weight_decay() >= 0, "option weight_decay must be >= 0, not ", weight_decay());
   const auto [b1, b2] = betas();
-  require(b1 >= 0 && b1 < 1, "option betas[0] must be in [0, 1), not ", b1);
-  require(b2 >= 0 && b2 < 1, "option betas[1] must be in [0, 1), not ", b2);
+  require_adamw(b1 >= 0 && b1 < 1, "option betas[0] must be in [0, 1), not ", b1);
+  require_adamw(b2 >= 0 && b2 < 1, "option betas[1] must be in [0, 1), not ", b2);
   require_dtype("momentum_dtype", momentum_dtype());
   require_dtype("variance_dtype", variance_dtype());
   require_dtype("compensation_buffer_dtype", compensation_buffer_dtype());
@@ -177,11 +177,11 @@ AnyPrecisionAdamWParamState& AnyPrecisionAdamW::state_for(const Tensor& p,
 
 void AnyPrecisionAdamW::step_param(const Tensor& param, const AnyPrecisionAdamWOptions& o) {
   const Tensor& grad = param.grad();
-  require(!grad.is_sparse(), "sparse gradients are not supported");
+  require_adamw(!grad.is_sparse(), "sparse gradients are not supported");
   const bool half = o.momentum_dtype() == c10::kHalf || o.variance_dtype() == c10::kHalf ||
                     param.scalar_type() == c10::kHalf ||
                     (o.use_kahan_summation() && o.compensation_buffer_dtype() == c10::kHalf);
-  require(!half || !param.device().is_cpu(),
+  require_adamw(!half || !param.device().is_cpu(),
           "float16 parameters or states need a CUDA device (libtorch's CPU kernels lack "
           "float16); use bfloat16 on CPU");
   Tensor p = param;  // shares storage: the in-place updates below write the parameter
@@ -234,4 +234,4 @@ void AnyPrecisionAdamW::load(torch::serialize::InputArchive& archive) {
   torch::optim::serialize<AnyPrecisionAdamWParamState, AnyPrecisionAdamWOptions>(archive, *this);
 }
 
-}  // namespace lockstep::optim
+}  // namespace lockstep::numerics

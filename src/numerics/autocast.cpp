@@ -5,15 +5,15 @@
 #include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 
-namespace lockstep::amp {
+namespace lockstep::numerics {
 namespace {
 
 using c10::DeviceType;
 using c10::ScalarType;
 
 template <typename... Args>
-void require(bool ok, const Args&... message) {
-  if (!ok) throw InvalidArgument(detail::concat("lockstep::amp::Autocast: ", message...));
+void require_autocast(bool ok, const Args&... message) {
+  if (!ok) throw InvalidArgument(detail::concat("lockstep::numerics::Autocast: ", message...));
 }
 
 void check_supported(const AutocastOptions& o) {
@@ -21,17 +21,17 @@ void check_supported(const AutocastOptions& o) {
   if (o.device == DeviceType::CPU) {
     const bool ok = o.dtype == ScalarType::BFloat16 ||
                     (o.dtype == ScalarType::Half && LOCKSTEP_TORCH_VERSION_AT_LEAST(2, 4));
-    require(ok, "CPU autocast supports bfloat16",
+    require_autocast(ok, "CPU autocast supports bfloat16",
             LOCKSTEP_TORCH_VERSION_AT_LEAST(2, 4) ? " and float16" : "", " in this libtorch, not ",
             c10::toString(o.dtype));
     return;
   }
-  require(o.device == DeviceType::CUDA, "autocast device must be CPU or CUDA, not ",
+  require_autocast(o.device == DeviceType::CUDA, "autocast device must be CPU or CUDA, not ",
           c10::DeviceTypeName(o.device));
-  require(torch::cuda::is_available(),
+  require_autocast(torch::cuda::is_available(),
           "CUDA autocast needs a CUDA build of libtorch and a GPU; use the CPU "
           "(bfloat16) instead");
-  require(o.dtype == ScalarType::Half || o.dtype == ScalarType::BFloat16,
+  require_autocast(o.dtype == ScalarType::Half || o.dtype == ScalarType::BFloat16,
           "CUDA autocast supports float16 and bfloat16, not ", c10::toString(o.dtype));
 }
 
@@ -85,4 +85,4 @@ Autocast::~Autocast() {
   at::autocast::set_autocast_cache_enabled(previous_.cache_enabled);
 }
 
-}  // namespace lockstep::amp
+}  // namespace lockstep::numerics

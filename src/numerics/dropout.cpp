@@ -1,15 +1,15 @@
-// lockstep::dropout: torch::dropout whose mask a checkpoint can keep; see
-// include/lockstep/numerics/dropout.h and checkpoint_draws.h.
+// lockstep::numerics::dropout: torch::dropout whose mask a checkpoint can keep; see
+// include/lockstep/numerics/dropout.h and activation_checkpoint_draws.h.
 #include <lockstep/compat.h>
 #include <lockstep/error.h>
 #include <lockstep/numerics/dropout.h>
 
-#include "checkpoint_draws.h"
+#include "activation_checkpoint_draws.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
-namespace lockstep {
+namespace lockstep::numerics {
 namespace {
 
 // The layout of ATen's noise, and so which element each draw lands on for a non-contiguous
@@ -25,13 +25,13 @@ constexpr auto kNoiseFormat = at::MemoryFormat::Contiguous;
 
 torch::Tensor dropout(const torch::Tensor& x, double p, bool train) {
   if (!train || !(p > 0 && p < 1) || x.numel() == 0 || !x.device().is_cpu() ||
-      !detail::draw_frames_active())
+      !draws::draw_frames_active())
     return torch::dropout(x, p, train);
   // libtorch's CPU dropout, step by step (ATen's _dropout_impl): noise (kNoiseFormat) drawn
   // with bernoulli_(1 - p), scaled by 1 / (1 - p), multiplied in. Same ops on the same
   // values, so the same bits; the draw is the part a checkpoint keeps.
   at::Tensor noise;
-  const at::Tensor mask = detail::kept_draw(x.sizes(), [&] {
+  const at::Tensor mask = draws::kept_draw(x.sizes(), [&] {
     noise = at::empty_like(x, kNoiseFormat);
     // The default CPU generator named (what bernoulli_ uses when given none): the
     // defaulted optional trips GCC's -Wmaybe-uninitialized under the sanitizer build.
@@ -44,15 +44,15 @@ torch::Tensor dropout(const torch::Tensor& x, double p, bool train) {
 }
 
 DropoutImpl::DropoutImpl(double p) : p_(p) {
-  LOCKSTEP_CHECK(p >= 0 && p <= 1, "lockstep::Dropout: p = ", p, " is not in [0, 1]");
+  LOCKSTEP_CHECK(p >= 0 && p <= 1, "lockstep::numerics::Dropout: p = ", p, " is not in [0, 1]");
 }
 
 torch::Tensor DropoutImpl::forward(const torch::Tensor& x) {
-  return lockstep::dropout(x, p_, is_training());
+  return lockstep::numerics::dropout(x, p_, is_training());
 }
 
 void DropoutImpl::pretty_print(std::ostream& stream) const {
-  stream << "lockstep::Dropout(p=" << p_ << ")";
+  stream << "lockstep::numerics::Dropout(p=" << p_ << ")";
 }
 
-}  // namespace lockstep
+}  // namespace lockstep::numerics

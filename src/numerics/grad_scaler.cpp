@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-namespace lockstep::amp {
+namespace lockstep::numerics {
 
 GradScaler::GradScaler(GradScalerOptions options, std::shared_ptr<comm::ProcessGroup> group)
     : options_(options), group_(std::move(group)), scale_(options.init_scale) {
@@ -89,4 +89,4 @@ void GradScaler::restore(double scale, int64_t growth_tracker) {
   found_ranks_.clear();
 }
 
-}  // namespace lockstep::amp
+}  // namespace lockstep::numerics

@@ -9,7 +9,7 @@
 #include <atomic>
 #include <cmath>
 
-namespace lockstep::amp {
+namespace lockstep::numerics {
 namespace {
 
 // Elements per parallel task: large enough that a task outweighs its scheduling.
@@ -111,4 +111,4 @@ std::vector<int> ranks_with_flag(const std::vector<int>& flags) {
   return out;
 }
 
-}  // namespace lockstep::amp
+}  // namespace lockstep::numerics

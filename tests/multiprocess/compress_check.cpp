@@ -3,7 +3,7 @@
 // Run under lockstep-run (any backend, 1..4 ranks); exits non-zero on any failure.
 #include <lockstep/compress/compressed_allreduce.h>
 #include <lockstep/lockstep.h>
-#include <lockstep/parallel/hooks/qsgd_hook.h>
+#include <lockstep/parallel/ddp/hooks/qsgd_hook.h>
 
 #include <ATen/ATen.h>
 
@@ -277,7 +277,7 @@ void check_hook_matches_direct(lockstep::ProcessGroup& g) {
   bk.param_indices = {0, 1, 2, 3};
   const int64_t n = 14170;
   bk.buffer = at::empty({n}, at::kFloat);
-  auto hook = qsgd(o);
+  auto hook = lockstep::ddp::hooks::qsgd(o);
   std::vector<LayerSpan> spans;
   for (size_t i = 0; i < bk.names.size(); ++i)
     spans.push_back({bk.names[i], bk.offsets[i], bk.numels[i]});

@@ -448,7 +448,7 @@ struct CkptOpt {
 };
 
 std::vector<CkptOpt> ckpt_opts() {
-  namespace opt = lockstep::optim;
+  namespace opt = lockstep::numerics;
   return {{"", 1e-10,
            [](std::vector<torch::Tensor> ps) {
              return std::make_unique<torch::optim::AdamW>(adamw_opt(std::move(ps)));
@@ -514,7 +514,7 @@ void damaged_checkpoints(const std::shared_ptr<lockstep::ProcessGroup>& pg,
 bool anyprecision_state_loaded(const torch::optim::Optimizer& opt) {
   bool ok = !opt.state().empty();
   for (const auto& [key, st] : opt.state()) {
-    const auto* s = dynamic_cast<const lockstep::optim::AnyPrecisionAdamWParamState*>(st.get());
+    const auto* s = dynamic_cast<const lockstep::numerics::AnyPrecisionAdamWParamState*>(st.get());
     ok = ok && s != nullptr && s->step() == 3 && s->exp_avg().scalar_type() == at::kDouble &&
          s->exp_avg_sq().scalar_type() == at::kFloat && s->compensation().defined() &&
          s->compensation().scalar_type() == at::kDouble;

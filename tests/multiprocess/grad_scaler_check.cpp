@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace amp = lockstep::amp;
+namespace numerics = lockstep::numerics;
 
 namespace {
 
@@ -87,7 +87,7 @@ void train_and_check(const std::shared_ptr<lockstep::ProcessGroup>& pg, const st
                      torch::Dtype dt, Forward forward, std::vector<torch::Tensor> opt_params) {
   const int P = pg->size(), r = pg->rank();
   auto opt = make_opt(opt_params);
-  amp::GradScaler scaler({}, pg);
+  numerics::GradScaler scaler({}, pg);
   for (int s = 0; s < kSteps; ++s) {
     torch::Tensor x, y;
     batch(s, P, dt, x, y);

@@ -10,7 +10,7 @@
 // and errors on PyTorch's inputs equal what PyTorch's own powerSGD_hook produced.
 // Exits non-zero on any failure.
 #include <lockstep/lockstep.h>
-#include <lockstep/parallel/hooks/powersgd_hook.h>
+#include <lockstep/parallel/ddp/hooks/powersgd_hook.h>
 
 #include "tally.h"
 

@@ -9,6 +9,7 @@ add_executable(unit_train ${TRAIN_UNIT_TESTS})
 # (test_train_checkpoint.cpp); src/: the trainer's private headers (train/checkpoint/checkpointer.h).
 target_link_libraries(unit_train PRIVATE lockstep_train lockstep_launch ZLIB::ZLIB GTest::gtest_main)
 target_include_directories(unit_train PRIVATE ${PROJECT_SOURCE_DIR}/src)
+lockstep_unity_torch_first(unit_train)
 gtest_discover_tests(unit_train TEST_PREFIX "unit_train." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 120)
 
 # The CTSM workload's own unit tests (model, event-log format, metrics, config).
@@ -17,6 +18,7 @@ file(GLOB CTSM_UNIT_TESTS CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/tests/unit/test_ctsm_*.cpp)
 add_executable(unit_ctsm ${CTSM_UNIT_TESTS})
 target_link_libraries(unit_ctsm PRIVATE lockstep_ctsm GTest::gtest_main)
+lockstep_unity_torch_first(unit_ctsm)
 # test_ctsm_config.cpp loads the shipped configs/ctsm-*.toml.
 target_compile_definitions(unit_ctsm PRIVATE LOCKSTEP_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 gtest_discover_tests(unit_ctsm TEST_PREFIX "unit_ctsm." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 120)

@@ -73,6 +73,27 @@ class LayersCheckTest(unittest.TestCase):
         self.assert_fails_naming("src/comm/planted.cpp", 2, "<lockstep/parallel/ddp/ddp.h>",
                                  "layer 'comm' may include only")
 
+    def plant_text(self, rel, text):
+        path = self.tmp / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("// planted by layers_test.py\n" + text)
+
+    def test_defining_in_another_layers_namespace_fails(self):
+        self.plant_text("src/parallel/ddp/hooks/planted.cpp",
+                        "namespace lockstep::ddp::hooks {\nvoid fine() {}\n}\n"
+                        "namespace lockstep::compress {  // a { in a comment\n"
+                        "const char* s = \"namespace x {\";\nvoid wrong() {}\n}\n")
+        self.assert_fails_naming("src/parallel/ddp/hooks/planted.cpp", 5,
+                                 "namespace lockstep::compress", "defines in lockstep::ddp")
+
+    def test_declaring_in_another_namespace_passes(self):
+        self.plant_text("include/lockstep/numerics/planted.h",
+                        "namespace lockstep::comm {\nclass ProcessGroup;\n}\n"
+                        "namespace lockstep {\nusing numerics::Autocast;\n}\n"
+                        "namespace lockstep::numerics {\nnamespace {\nint x() { return 1; }\n}\n}\n")
+        rc, out = self.run_check()
+        self.assertEqual(rc, 0, out)
+
 
 if __name__ == "__main__":
     sys.dont_write_bytecode = True

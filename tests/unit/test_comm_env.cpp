@@ -618,8 +618,6 @@ TEST(RdzvProof, ForgedJoinEntryIsRejected) {
   EXPECT_NE(error.find("join entry of rank 1 carries no valid proof"), std::string::npos) << error;
 }
 
-}  // namespace
-
 // The hierarchical backend's layout: node by node, the same count per node, one host each.
 TEST(HierLayout, AcceptsNodeMajorAndNamesWhatBreaksIt) {
   using lockstep::comm::hier_layout;
@@ -642,3 +640,5 @@ TEST(HierLayout, AcceptsNodeMajorAndNamesWhatBreaksIt) {
   EXPECT_FALSE(hier_layout(0, {0, 1, 0, 1}, {2, 2, 2, 2}, {"a", "x", "b", "b"}, &why));
   EXPECT_NE(why.find("node 0's ranks run on hosts a and x"), std::string::npos) << why;
 }
+
+}  // namespace

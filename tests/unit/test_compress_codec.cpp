@@ -54,8 +54,6 @@ double worst_ratio(const std::vector<float>& x, const std::vector<float>& y,
   return worst;
 }
 
-}  // namespace
-
 TEST(CompressCodec, EncodedBytesClosedForm) {
   // n buckets * 8 bytes metadata + per bucket ceil(len/8)*bits code bytes, padded to 4.
   CodecOptions o{4, 128, true};
@@ -236,3 +234,5 @@ TEST(CompressCodec, RejectsBadOptions) {
   EXPECT_THROW(encode(x.data(), 10, CodecOptions{4, 0, true}, {}, 0, buf.data()),
                lockstep::InvalidArgument);
 }
+
+}  // namespace

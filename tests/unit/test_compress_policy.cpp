@@ -19,7 +19,6 @@ struct EnvGuard {
     for (auto& k : names) unsetenv(k.c_str());
   }
 };
-}  // namespace
 
 TEST(CompressPolicy, SmallAndExcludedLayersStayPlain) {
   QsgdOptions o;
@@ -84,3 +83,5 @@ TEST(CompressPlan, PartsSplitOnBucketBoundariesAndCoverEverything) {
     EXPECT_EQ(covered, 5000 + 3001);  // bias and the 999-element layer stay plain
   }
 }
+
+}  // namespace

@@ -29,8 +29,6 @@ std::string error_of(const std::string& text, std::vector<std::string> ov = {}) 
   return "";
 }
 
-}  // namespace
-
 TEST(CtsmConfig, ShippedConfigsLoad) {
   const LoadedConfig tiny =
       load_config(std::string(LOCKSTEP_SOURCE_DIR) + "/configs/ctsm-tiny.toml", registry());
@@ -101,3 +99,5 @@ TEST(CtsmConfig, Overrides) {
   EXPECT_NE(m.find("--set data.clients=lots"), std::string::npos) << m;
   EXPECT_NE(m.find("'data.clients' must be an integer, got a string"), std::string::npos) << m;
 }
+
+}  // namespace

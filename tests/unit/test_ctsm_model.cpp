@@ -13,7 +13,7 @@ using namespace ctsm;
 
 namespace {
 
-ClientHistory history() {
+ClientHistory model_history() {
   ClientHistory c;
   auto ev = [](int64_t day, uint32_t item, EventType t, uint8_t fb = 0) {
     return Event{day * 86400, item, t, fb, 0.5f};
@@ -44,13 +44,11 @@ torch::Tensor logits_of(Ctsm& m, const ClientHistory& c) {
   return m->forward(b)[0];
 }
 
-}  // namespace
-
 TEST(Ctsm, OutcomesOnlyReachStrictlyLaterPositions) {
   Ctsm m = tiny();
-  const auto base = logits_of(m, history());
+  const auto base = logits_of(m, model_history());
   // Flip the outcome of event 4 (day 20): positions at day <= 20 must not change, day 40 must.
-  auto h = history();
+  auto h = model_history();
   h.events[4].type = EventType::Keep;
   const auto flipped = logits_of(m, h);
   for (int j = 0; j <= 5; ++j)
@@ -58,7 +56,7 @@ TEST(Ctsm, OutcomesOnlyReachStrictlyLaterPositions) {
   EXPECT_NE(base[6].item<float>(), flipped[6].item<float>());
   EXPECT_NE(base[7].item<float>(), flipped[7].item<float>());
   // Feedback (day 4) is visible to day 20 but not to the day-1 shipment.
-  auto g = history();
+  auto g = model_history();
   g.events[3].feedback = 1;
   const auto fb = logits_of(m, g);
   for (int j = 0; j <= 3; ++j) EXPECT_EQ(base[j].item<float>(), fb[j].item<float>());
@@ -67,13 +65,13 @@ TEST(Ctsm, OutcomesOnlyReachStrictlyLaterPositions) {
 
 TEST(Ctsm, FirstPositionsAreFiniteViaStartToken) {
   Ctsm m = tiny();
-  const auto z = logits_of(m, history());
+  const auto z = logits_of(m, model_history());
   EXPECT_TRUE(torch::isfinite(z).all().item<bool>());
 }
 
 TEST(Ctsm, BacktestCandidatesSeeOnlyPreCutoffHistory) {
   Ctsm m = tiny();
-  auto ex = make_eval_example(history(), int64_t{30} * 86400, int64_t{60} * 86400, 16, 4);
+  auto ex = make_eval_example(model_history(), int64_t{30} * 86400, int64_t{60} * 86400, 16, 4);
   ASSERT_EQ(ex.positions.size(), 8u);  // 6 history + 2 candidates
   EXPECT_FALSE(ex.positions[6].is_key);
   EXPECT_TRUE(ex.positions[6].is_target);
@@ -90,7 +88,7 @@ TEST(Ctsm, BacktestCandidatesSeeOnlyPreCutoffHistory) {
 TEST(Ctsm, LossIsFiniteAndGradientsFlow) {
   Ctsm m = tiny();
   m->train();
-  auto b = collate({make_train_example(history(), int64_t{1000} * 86400, 64)});
+  auto b = collate({make_train_example(model_history(), int64_t{1000} * 86400, 64)});
   auto loss = CtsmImpl::loss(m->forward(b), b);
   loss.backward();
   EXPECT_TRUE(std::isfinite(loss.item<float>()));
@@ -102,13 +100,13 @@ TEST(Ctsm, LossIsFiniteAndGradientsFlow) {
 
 TEST(Ctsm, GapIsMeasuredToThePreviousShipment) {
   // Day 20's items follow the day-1 shipment (19 days), not the day-4 rating (16 days).
-  auto ex = make_train_example(history(), int64_t{1000} * 86400, 64);
+  auto ex = make_train_example(model_history(), int64_t{1000} * 86400, 64);
   ASSERT_EQ(ex.positions.size(), 8u);
   EXPECT_FLOAT_EQ(ex.positions[0].gap_days, 0.f);
   EXPECT_FLOAT_EQ(ex.positions[4].gap_days, 19.f);
   EXPECT_FLOAT_EQ(ex.positions[6].gap_days, 20.f);
   // Backtest candidates: day 40 follows the day-20 shipment.
-  auto ev = make_eval_example(history(), int64_t{30} * 86400, int64_t{60} * 86400, 16, 4);
+  auto ev = make_eval_example(model_history(), int64_t{30} * 86400, int64_t{60} * 86400, 16, 4);
   EXPECT_FLOAT_EQ(ev.positions[6].gap_days, 20.f);
 }
 
@@ -147,3 +145,5 @@ TEST(Ctsm, LayersAreFsdpUnitsUnderTheirOwnNames) {
   torch::manual_seed(3);
   roundtrip(torch::nn::ModuleList(lockstep::fsdp::wrap(CtsmLayer(o))), unwrapped);
 }
+
+}  // namespace

@@ -54,8 +54,6 @@ at::Tensor random_input(int64_t n, int seed) {
   return x;
 }
 
-}  // namespace
-
 TEST(CudaCodec, EncodeBytesEqualCpuEverySizeBitsRounding) {
   NEED_GPU();
   const StreamKey key{42, 7, 1, 2};
@@ -144,3 +142,5 @@ TEST(CudaCodec, RefusesWhatTheCpuCodecRefuses) {
   EXPECT_THROW(cuda::decode(nullptr, 10, o, nullptr, at::kFloat, nullptr),
                lockstep::InvalidArgument);
 }
+
+}  // namespace

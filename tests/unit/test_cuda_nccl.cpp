@@ -39,8 +39,6 @@ std::unique_ptr<Backend> one_rank() {
   return make_nccl_backend(store, "test/", env, Millis(30000));
 }
 
-}  // namespace
-
 TEST(CudaNccl, EveryCollectiveAtWorldSizeOne) {
   NEED_GPU();
   auto b = one_rank();
@@ -98,3 +96,5 @@ TEST(CudaNccl, SelectableByName) {
     EXPECT_NE(std::string(e.what()).find("needs a CUDA GPU"), std::string::npos) << e.what();
   }
 }
+
+}  // namespace

@@ -58,8 +58,6 @@ class FakeOps final : public StreamOps {
 
 const Stream kCaller = stream(1), kComm = stream(7);
 
-}  // namespace
-
 TEST(CudaStreamWork, OrdersCallerThenCommThenWaiter) {
   auto ops = std::make_shared<FakeOps>();
   StreamWork w(ops, kCaller, kComm, {});
@@ -153,3 +151,5 @@ TEST(CudaStreamWork, EventsAreDestroyed) {
   }
   EXPECT_EQ(ops->destroyed, 2) << "ready and done";
 }
+
+}  // namespace

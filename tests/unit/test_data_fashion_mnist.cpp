@@ -84,8 +84,6 @@ class TempDir : public ::testing::Test {
 #define EXPECT_CONTAINS(haystack, needle) \
   EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "message: " << (haystack)
 
-}  // namespace
-
 TEST(FashionMnistReal, ReadsDebiansFiles) {
   if (!real_files_present()) GTEST_SKIP() << "dataset-fashion-mnist not installed";
   FashionMnist train(Split::Train, {.dir = kRealDir});
@@ -203,3 +201,5 @@ TEST_F(TempDir, LabelOutOfRange) {
 TEST_F(TempDir, ErrorsAreLockstepErrors) {
   EXPECT_THROW(FashionMnist(Split::Train, {.dir = dir_}), lockstep::Error);
 }
+
+}  // namespace

@@ -14,7 +14,6 @@ std::vector<int64_t> reversed(size_t n) {
   std::iota(o.rbegin(), o.rend(), 0);
   return o;
 }
-}  // namespace
 
 TEST(DdpBuckets, FirstBucketSmallerThenCap) {
   // 10 float params of 100 elements = 400 bytes each.
@@ -85,3 +84,5 @@ TEST(DdpBuckets, RejectsBadOrder) {
   EXPECT_THROW(compute_bucket_assignment(numels, dtypes, {0, 0}, 1, 1), lockstep::InvalidArgument);
   EXPECT_THROW(compute_bucket_assignment(numels, dtypes, {0}, 1, 1), lockstep::InvalidArgument);
 }
+
+}  // namespace

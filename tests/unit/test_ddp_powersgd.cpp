@@ -3,9 +3,9 @@
 // The multi-rank behaviour (averages, error feedback, replicas, PyTorch's own hook) is
 // tests/multiprocess/powersgd_check.cpp.
 #include <lockstep/lockstep.h>
-#include <lockstep/parallel/hooks/powersgd_hook.h>
+#include <lockstep/parallel/ddp/hooks/powersgd_hook.h>
 
-#include "parallel/hooks/powersgd_linalg.h"
+#include "parallel/ddp/hooks/powersgd_linalg.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

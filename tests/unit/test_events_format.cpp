@@ -38,8 +38,6 @@ std::string read_all(const std::string& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-}  // namespace
-
 TEST(EventsFormat, RoundTripAndDeterminism) {
   const std::string d1 = temp_dir("rt1"), d2 = temp_dir("rt2");
   EventGenerator gen(small(3));
@@ -195,3 +193,5 @@ TEST(EventsFormat, BadMagicAndMissingShard) {
   { std::ofstream(d + "/events-00002-of-00003.lse") << "x"; }
   EXPECT_THROW(EventStream::list_shards(d), EventsFormatError);
 }
+
+}  // namespace

@@ -8,9 +8,9 @@
 
 #include <gtest/gtest.h>
 
-#include "lockstep/launch/exit_status.h"
+#include "launch/exit_status.h"
 #include "lockstep/launch/launcher.h"
-#include "lockstep/launch/line_buffer.h"
+#include "launch/line_buffer.h"
 #include "lockstep/launch/options.h"
 #include "lockstep/launch/rank_env.h"
 
@@ -28,8 +28,6 @@ std::string usage_error(const Args& args) {
   }
   return "";
 }
-
-}  // namespace
 
 TEST(LaunchArgs, Defaults) {
   LaunchOptions o = parse_args({"./train"});
@@ -245,3 +243,5 @@ TEST(LaunchPort, PicksANonZeroPort) {
   EXPECT_GT(p, 0);
   EXPECT_LT(p, 65536);
 }
+
+}  // namespace

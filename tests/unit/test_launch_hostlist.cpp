@@ -25,8 +25,6 @@ std::string error_of(const std::string& list) {
   return "";
 }
 
-}  // namespace
-
 TEST(Hostlist, PlainNames) {
   EXPECT_EQ(expand("tux"), Names({"tux"}));
   EXPECT_EQ(expand("host1,host2"), Names({"host1", "host2"}));
@@ -114,3 +112,5 @@ TEST(Hostlist, TasksPerNode) {
   EXPECT_THROW(tasks_on_node("2(x3", 0), ConfigError);
   EXPECT_THROW(tasks_on_node("two", 0), ConfigError);
 }
+
+}  // namespace

@@ -71,8 +71,6 @@ Env trainjob_node(int node, int nodes, const std::string& nproc) {
           {"PET_MASTER_PORT", "29500"}};
 }
 
-}  // namespace
-
 TEST(LaunchScheduler, NoSchedulerChangesNothing) {
   LaunchOptions o = parse_args({"--nproc-per-node", "2", "./train"}, Env{{"HOME", "/root"}});
   EXPECT_EQ(o.nnodes, 1);
@@ -272,3 +270,5 @@ TEST(LaunchScheduler, SlurmAndPodTogetherIsAConflict) {
   EXPECT_TRUE(has(e, "conflicting launch environments: a Slurm step")) << e;
   EXPECT_TRUE(has(e, "PyTorchJob pod (RANK=1")) << e;
 }
+
+}  // namespace

@@ -6,6 +6,8 @@
 #include <lockstep/numerics/anyprecision_adamw.h>
 
 #include <gtest/gtest.h>
+
+#include "tensor_diff.h"
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -16,8 +18,8 @@
 
 namespace {
 
-using lockstep::optim::AnyPrecisionAdamW;
-using lockstep::optim::AnyPrecisionAdamWOptions;
+using lockstep::numerics::AnyPrecisionAdamW;
+using lockstep::numerics::AnyPrecisionAdamWOptions;
 using torch::Tensor;
 
 // A small MLP as a list of tensors: 8 -> 16 (tanh) -> 4.
@@ -47,15 +49,7 @@ Tensor mlp_loss(const std::vector<Tensor>& ps, int step) {
   return mse(torch::linear(h, ps[2], ps[3]), y);
 }
 
-double max_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    d = std::max(d, (a[i].detach().to(torch::kDouble) - b[i].detach().to(torch::kDouble))
-                        .abs()
-                        .max()
-                        .item<double>());
-  return d;
-}
+using lockstep::testing::max_diff;
 
 void train(torch::optim::Optimizer& opt, const std::vector<Tensor>& ps, int first, int steps) {
   for (int s = first; s < first + steps; ++s) {
@@ -153,7 +147,7 @@ Tensor fit_bf16(const Regression& r, bool kahan, int steps) {
                                  .compensation_buffer_dtype(torch::kBFloat16));
   auto out = fit(r, opt, w, steps);
   EXPECT_EQ(w.scalar_type(), torch::kBFloat16);
-  const auto& s = static_cast<const lockstep::optim::AnyPrecisionAdamWParamState&>(
+  const auto& s = static_cast<const lockstep::numerics::AnyPrecisionAdamWParamState&>(
       *opt.state().begin()->second);
   EXPECT_EQ(s.exp_avg().scalar_type(), torch::kBFloat16);
   EXPECT_EQ(s.exp_avg_sq().scalar_type(), torch::kBFloat16);
@@ -215,7 +209,7 @@ TEST(AnyPrecisionAdamW, MixedDtypesStepAndKeepTheirDtypes) {
     EXPECT_NEAR(moved, 0.03, 2e-3) << p.scalar_type();
   }
   const auto& sa =
-      static_cast<const lockstep::optim::AnyPrecisionAdamWParamState&>(*oa.state().begin()->second);
+      static_cast<const lockstep::numerics::AnyPrecisionAdamWParamState&>(*oa.state().begin()->second);
   EXPECT_EQ(sa.compensation().scalar_type(), torch::kFloat);
 }
 
@@ -246,9 +240,9 @@ TEST(AnyPrecisionAdamW, SaveLoadContinuesBitForBit) {
     const auto key = [&](const Tensor& t) {
       return lockstep::compat::optimizer_state_key(opt.state(), t);
     };
-    const auto& s1 = static_cast<const lockstep::optim::AnyPrecisionAdamWParamState&>(
+    const auto& s1 = static_cast<const lockstep::numerics::AnyPrecisionAdamWParamState&>(
         *opt.state().at(key(ps[i])));
-    const auto& s2 = static_cast<const lockstep::optim::AnyPrecisionAdamWParamState&>(
+    const auto& s2 = static_cast<const lockstep::numerics::AnyPrecisionAdamWParamState&>(
         *opt2.state().at(key(resumed[i])));
     EXPECT_TRUE(s1 == s2) << "state of parameter " << i;
     EXPECT_EQ(s2.step(), 10);

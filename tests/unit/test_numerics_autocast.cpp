@@ -4,20 +4,20 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-namespace amp = lockstep::amp;
+namespace numerics = lockstep::numerics;
 
 TEST(Autocast, MatmulRunsInBf16InsideAndFp32Outside) {
   auto a = torch::randn({8, 8});
   auto b = torch::randn({8, 8});
   EXPECT_EQ(torch::mm(a, b).scalar_type(), torch::kFloat);
   {
-    amp::Autocast ac;
-    EXPECT_TRUE(amp::is_enabled());
+    numerics::Autocast ac;
+    EXPECT_TRUE(numerics::is_enabled());
     EXPECT_EQ(torch::mm(a, b).scalar_type(), torch::kBFloat16);
     // Ops outside the low-precision list keep their input dtype.
     EXPECT_EQ((a + b).scalar_type(), torch::kFloat);
   }
-  EXPECT_FALSE(amp::is_enabled());
+  EXPECT_FALSE(numerics::is_enabled());
   EXPECT_EQ(torch::mm(a, b).scalar_type(), torch::kFloat);
 }
 
@@ -26,7 +26,7 @@ TEST(Autocast, LinearModuleForwardAndBackward) {
   auto x = torch::randn({3, 16});
   torch::Tensor y;
   {
-    amp::Autocast ac;
+    numerics::Autocast ac;
     y = lin->forward(x);
   }
   EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
@@ -38,51 +38,51 @@ TEST(Autocast, LinearModuleForwardAndBackward) {
 
 TEST(Autocast, NestingRestoresTheOuterState) {
   auto a = torch::randn({4, 4});
-  amp::Autocast outer;
+  numerics::Autocast outer;
   {
-    amp::AutocastOptions off;
+    numerics::AutocastOptions off;
     off.enabled = false;
-    amp::Autocast inner(off);
-    EXPECT_FALSE(amp::is_enabled());
+    numerics::Autocast inner(off);
+    EXPECT_FALSE(numerics::is_enabled());
     EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kFloat);
   }
-  EXPECT_TRUE(amp::is_enabled());
+  EXPECT_TRUE(numerics::is_enabled());
   EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kBFloat16);
 }
 
 TEST(Autocast, CapturedStateReentersExactly) {
-  amp::AutocastState captured;
+  numerics::AutocastState captured;
   {
-    amp::Autocast ac;
-    captured = amp::current_state();
+    numerics::Autocast ac;
+    captured = numerics::current_state();
   }
-  EXPECT_FALSE(amp::is_enabled());
+  EXPECT_FALSE(numerics::is_enabled());
   {
-    amp::Autocast again(captured);
-    EXPECT_TRUE(amp::is_enabled());
-    EXPECT_EQ(amp::current_state().cpu_dtype, torch::kBFloat16);
+    numerics::Autocast again(captured);
+    EXPECT_TRUE(numerics::is_enabled());
+    EXPECT_EQ(numerics::current_state().cpu_dtype, torch::kBFloat16);
   }
-  EXPECT_FALSE(amp::is_enabled());
+  EXPECT_FALSE(numerics::is_enabled());
 }
 
 TEST(Autocast, StateIsThreadLocal) {
-  amp::Autocast ac;
+  numerics::Autocast ac;
   bool other_thread_enabled = true;
-  std::thread t([&] { other_thread_enabled = amp::is_enabled(); });
+  std::thread t([&] { other_thread_enabled = numerics::is_enabled(); });
   t.join();
   EXPECT_FALSE(other_thread_enabled);
-  EXPECT_TRUE(amp::is_enabled());
+  EXPECT_TRUE(numerics::is_enabled());
 }
 
 TEST(Autocast, UnsupportedRequestsAreRejected) {
-  amp::AutocastOptions f64;
+  numerics::AutocastOptions f64;
   f64.dtype = torch::kDouble;
-  EXPECT_THROW(amp::Autocast{f64}, lockstep::InvalidArgument);
-  EXPECT_FALSE(amp::is_enabled());  // a rejected guard changed nothing
+  EXPECT_THROW(numerics::Autocast{f64}, lockstep::InvalidArgument);
+  EXPECT_FALSE(numerics::is_enabled());  // a rejected guard changed nothing
   if (!torch::cuda::is_available()) {
-    amp::AutocastOptions cuda;
+    numerics::AutocastOptions cuda;
     cuda.device = torch::kCUDA;
     cuda.dtype = torch::kHalf;
-    EXPECT_THROW(amp::Autocast{cuda}, lockstep::InvalidArgument);
+    EXPECT_THROW(numerics::Autocast{cuda}, lockstep::InvalidArgument);
   }
 }

@@ -8,7 +8,7 @@
 #include <limits>
 #include <sstream>
 
-namespace amp = lockstep::amp;
+namespace numerics = lockstep::numerics;
 
 namespace {
 
@@ -23,7 +23,7 @@ torch::nn::Sequential small_net(torch::Dtype dtype) {
 
 // Trains `steps` SGD steps on a fixed regression, with or without a scaler; returns the
 // flattened parameters.
-torch::Tensor train(torch::Dtype dtype, amp::GradScaler* scaler, int steps) {
+torch::Tensor train(torch::Dtype dtype, numerics::GradScaler* scaler, int steps) {
   auto net = small_net(dtype);
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   torch::manual_seed(7);
@@ -48,50 +48,48 @@ torch::Tensor train(torch::Dtype dtype, amp::GradScaler* scaler, int steps) {
   }());
 }
 
-}  // namespace
-
 TEST(NonFinite, UnscaleDividesAndFindsInfAndNan) {
   for (auto dtype : {torch::kFloat, torch::kDouble, torch::kBFloat16, torch::kHalf}) {
     auto a = torch::full({100000}, 8.0, dtype);  // large enough to run in parallel chunks
     auto b = torch::full({7}, 4.0, dtype);
-    EXPECT_FALSE(amp::unscale_and_check({a, b}, 0.25)) << dtype;
+    EXPECT_FALSE(numerics::unscale_and_check({a, b}, 0.25)) << dtype;
     EXPECT_TRUE(torch::equal(a, torch::full_like(a, 2.0))) << dtype;
     EXPECT_TRUE(torch::equal(b, torch::full_like(b, 1.0))) << dtype;
     a[99999] = kInf;
-    EXPECT_TRUE(amp::unscale_and_check({a, b}, 0.5)) << dtype;
+    EXPECT_TRUE(numerics::unscale_and_check({a, b}, 0.5)) << dtype;
     b[3] = std::nan("");
-    EXPECT_TRUE(amp::has_non_finite({b})) << dtype;
-    EXPECT_TRUE(amp::has_non_finite({a})) << dtype;
+    EXPECT_TRUE(numerics::has_non_finite({b})) << dtype;
+    EXPECT_TRUE(numerics::has_non_finite({a})) << dtype;
   }
 }
 
 TEST(NonFinite, CheckOnlyWritesNothingAndSkipsUndefined) {
   auto a = torch::randn({1000});
   const auto before = a.clone();
-  EXPECT_FALSE(amp::has_non_finite({a, torch::Tensor(), torch::empty({0})}));
+  EXPECT_FALSE(numerics::has_non_finite({a, torch::Tensor(), torch::empty({0})}));
   EXPECT_TRUE(torch::equal(a, before));
 }
 
 TEST(NonFinite, NonContiguousTensors) {
   auto a = torch::full({8, 6}, 2.0).t();
   ASSERT_FALSE(a.is_contiguous());
-  EXPECT_FALSE(amp::unscale_and_check({a}, 0.5));
+  EXPECT_FALSE(numerics::unscale_and_check({a}, 0.5));
   EXPECT_TRUE(torch::equal(a, torch::ones_like(a)));
   a[2][5] = -kInf;
-  EXPECT_TRUE(amp::has_non_finite({a}));
+  EXPECT_TRUE(numerics::has_non_finite({a}));
 }
 
 TEST(NonFinite, OneProcessFlags) {
-  EXPECT_EQ(amp::flags_of_ranks(nullptr, 3), std::vector<int>{3});
-  EXPECT_EQ(amp::ranks_with_flag({0, 2, 0, 1}), (std::vector<int>{1, 3}));
-  EXPECT_TRUE(amp::ranks_with_flag({0, 0}).empty());
+  EXPECT_EQ(numerics::flags_of_ranks(nullptr, 3), std::vector<int>{3});
+  EXPECT_EQ(numerics::ranks_with_flag({0, 2, 0, 1}), (std::vector<int>{1, 3}));
+  EXPECT_TRUE(numerics::ranks_with_flag({0, 0}).empty());
 }
 
 // With a power-of-two scale and no overflow, scaling and unscaling are exact: a scaled
 // run equals an unscaled one bit for bit.
 TEST(GradScaler, CleanRunEqualsUnscaledTraining) {
   for (auto dtype : {torch::kFloat, torch::kDouble}) {
-    amp::GradScaler scaler;
+    numerics::GradScaler scaler;
     const auto plain = train(dtype, nullptr, 30);
     const auto scaled = train(dtype, &scaler, 30);
     const double diff = (plain - scaled).abs().max().item<double>();
@@ -104,7 +102,7 @@ TEST(GradScaler, CleanRunEqualsUnscaledTraining) {
 TEST(GradScaler, InfSkipsTheStepAndBacksOff) {
   auto net = small_net(torch::kFloat);
   torch::optim::SGD opt(net->parameters(), 0.1);
-  amp::GradScaler scaler;
+  numerics::GradScaler scaler;
   auto x = torch::randn({4, 6});
   scaler.scale(net->forward(x).sum()).backward();
   const auto before = net->parameters()[0].detach().clone();
@@ -123,7 +121,7 @@ TEST(GradScaler, InfSkipsTheStepAndBacksOff) {
 TEST(GradScaler, GrowsAfterGrowthIntervalGoodSteps) {
   auto w = torch::ones({4}, torch::requires_grad());
   torch::optim::SGD opt({w}, 1e-3);
-  amp::GradScaler scaler;  // defaults: 2^16, x2 every 2000 good steps
+  numerics::GradScaler scaler;  // defaults: 2^16, x2 every 2000 good steps
   for (int s = 1; s <= 2000; ++s) {
     opt.zero_grad();
     scaler.scale(w.sum()).backward();
@@ -140,7 +138,7 @@ TEST(GradScaler, GrowsAfterGrowthIntervalGoodSteps) {
 TEST(GradScaler, UnscaleBeforeClippingSeesTrueGradients) {
   auto w = torch::ones({3}, torch::requires_grad());
   torch::optim::SGD opt({w}, 1.0);
-  amp::GradScaler scaler;
+  numerics::GradScaler scaler;
   scaler.scale((w * 2).sum()).backward();
   EXPECT_EQ(w.grad()[0].item<float>(), 2.0f * 65536.0f);
   scaler.unscale(opt);
@@ -152,10 +150,10 @@ TEST(GradScaler, UnscaleBeforeClippingSeesTrueGradients) {
 }
 
 TEST(GradScaler, GrowthThatOverflowsFloat32IsDropped) {
-  amp::GradScalerOptions o;
+  numerics::GradScalerOptions o;
   o.init_scale = 3e38;
   o.growth_interval = 1;
-  amp::GradScaler scaler(o);
+  numerics::GradScaler scaler(o);
   auto w = torch::ones({1}, torch::requires_grad());
   torch::optim::SGD opt({w}, 0.0);
   opt.zero_grad();
@@ -166,16 +164,16 @@ TEST(GradScaler, GrowthThatOverflowsFloat32IsDropped) {
 }
 
 TEST(GradScaler, DisabledIsPlainTraining) {
-  amp::GradScalerOptions o;
+  numerics::GradScalerOptions o;
   o.enabled = false;
-  amp::GradScaler scaler(o);
+  numerics::GradScaler scaler(o);
   const auto plain = train(torch::kFloat, nullptr, 5);
   const auto off = train(torch::kFloat, &scaler, 5);
   EXPECT_TRUE(torch::equal(plain, off));
 }
 
 TEST(GradScaler, StateRoundTrip) {
-  amp::GradScaler a;
+  numerics::GradScaler a;
   auto w = torch::ones({1}, torch::requires_grad());
   torch::optim::SGD opt({w}, 0.0);
   for (int i = 0; i < 3; ++i) {
@@ -191,20 +189,22 @@ TEST(GradScaler, StateRoundTrip) {
   std::istringstream is(os.str());
   torch::serialize::InputArchive in;
   in.load_from(is);
-  amp::GradScaler b;
+  numerics::GradScaler b;
   b.load(in);
   EXPECT_EQ(b.get_scale(), a.get_scale());
   EXPECT_EQ(b.growth_tracker(), 3);
 }
 
 TEST(GradScaler, BadOptionsAreRejected) {
-  amp::GradScalerOptions o;
+  numerics::GradScalerOptions o;
   o.backoff_factor = 1.5;
-  EXPECT_THROW(amp::GradScaler{o}, lockstep::InvalidArgument);
+  EXPECT_THROW(numerics::GradScaler{o}, lockstep::InvalidArgument);
   o = {};
   o.init_scale = 0;
-  EXPECT_THROW(amp::GradScaler{o}, lockstep::InvalidArgument);
+  EXPECT_THROW(numerics::GradScaler{o}, lockstep::InvalidArgument);
   o = {};
   o.growth_interval = 0;
-  EXPECT_THROW(amp::GradScaler{o}, lockstep::InvalidArgument);
+  EXPECT_THROW(numerics::GradScaler{o}, lockstep::InvalidArgument);
 }
+
+}  // namespace

@@ -63,8 +63,6 @@ const ToyConfigWorkload& toy(const LoadedConfig& c) {
   return dynamic_cast<const ToyConfigWorkload&>(*c.workload);
 }
 
-}  // namespace
-
 TEST(TrainConfig, Defaults) {
   const LoadedConfig l = parse("[optim]\nlr = 0.01\n");
   const TrainConfig& c = l.config;
@@ -354,3 +352,5 @@ diloco_compression = "qsgd"
             std::string::npos)
       << m;
 }
+
+}  // namespace

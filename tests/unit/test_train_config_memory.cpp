@@ -27,40 +27,38 @@ class NoKeysWorkload : public Workload {
   ExportResult export_model(const ExportInfo&) override { return {}; }
 };
 
-MemoryConfig parse(const std::string& text, const std::vector<std::string>& ov = {}) {
+MemoryConfig parse_memory(const std::string& text, const std::vector<std::string>& ov = {}) {
   WorkloadRegistry r;
   r.add("none", [] { return std::make_unique<NoKeysWorkload>(); });
   return parse_config(text, "test.toml", r, ov).config.memory;
 }
 
-std::string error_of(const std::string& text, const std::vector<std::string>& ov = {}) {
+std::string memory_error_of(const std::string& text, const std::vector<std::string>& ov = {}) {
   try {
-    parse(text, ov);
+    parse_memory(text, ov);
   } catch (const lockstep::ConfigError& e) {
     return e.what();
   }
   return "";
 }
 
-}  // namespace
-
 TEST(TrainConfigMemory, DefaultsCheckpointWholeLayersKeepingMasks) {
-  const MemoryConfig m = parse("[memory]\nactivation_checkpointing = true\n");
+  const MemoryConfig m = parse_memory("[memory]\nactivation_checkpointing = true\n");
   EXPECT_TRUE(m.activation_checkpointing);
   EXPECT_EQ(m.checkpoint_every, 1);
   EXPECT_EQ(m.checkpoint_blocks, "layer");
   EXPECT_TRUE(m.keep_dropout_masks);
-  EXPECT_FALSE(parse("").activation_checkpointing);
+  EXPECT_FALSE(parse_memory("").activation_checkpointing);
 }
 
 TEST(TrainConfigMemory, SelectiveKeysAreSet) {
-  const MemoryConfig m = parse(
+  const MemoryConfig m = parse_memory(
       "[memory]\nactivation_checkpointing = true\ncheckpoint_every = 3\n"
       "checkpoint_blocks = \"attention\"\nkeep_dropout_masks = false\n");
   EXPECT_EQ(m.checkpoint_every, 3);
   EXPECT_EQ(m.checkpoint_blocks, "attention");
   EXPECT_FALSE(m.keep_dropout_masks);
-  const MemoryConfig o = parse("", {"memory.activation_checkpointing=true",
+  const MemoryConfig o = parse_memory("", {"memory.activation_checkpointing=true",
                                     "memory.checkpoint_blocks=mlp", "memory.checkpoint_every=2"});
   EXPECT_EQ(o.checkpoint_blocks, "mlp");
   EXPECT_EQ(o.checkpoint_every, 2);
@@ -68,30 +66,32 @@ TEST(TrainConfigMemory, SelectiveKeysAreSet) {
 
 TEST(TrainConfigMemory, BadValuesAndTyposNameTheKey) {
   const std::string on = "[memory]\nactivation_checkpointing = true\n";
-  std::string m = error_of(on + "checkpoint_blocks = \"attn\"\n");
+  std::string m = memory_error_of(on + "checkpoint_blocks = \"attn\"\n");
   EXPECT_NE(m.find("test.toml:3:"), std::string::npos) << m;
   EXPECT_NE(m.find("key 'memory.checkpoint_blocks' = 'attn' is not one of: layer, attention, mlp"),
             std::string::npos)
       << m;
-  m = error_of(on + "checkpoint_every = 0\n");
+  m = memory_error_of(on + "checkpoint_every = 0\n");
   EXPECT_NE(m.find("key 'memory.checkpoint_every' = 0 is out of range [1, inf]"), std::string::npos)
       << m;
-  m = error_of(on + "checkpoint_every = \"2\"\n");
+  m = memory_error_of(on + "checkpoint_every = \"2\"\n");
   EXPECT_NE(m.find("'memory.checkpoint_every' must be an integer, got a string"), std::string::npos)
       << m;
-  m = error_of(on + "checkpoint_evry = 2\n");
+  m = memory_error_of(on + "checkpoint_evry = 2\n");
   EXPECT_NE(m.find("test.toml:3:"), std::string::npos) << m;
   EXPECT_NE(m.find("unknown key 'memory.checkpoint_evry'"), std::string::npos) << m;
   EXPECT_NE(m.find("checkpoint_blocks, checkpoint_every"), std::string::npos) << m;  // known keys
 }
 
 TEST(TrainConfigMemory, SelectiveKeysNeedCheckpointingOn) {
-  std::string m = error_of("[memory]\ncheckpoint_every = 2\n");
+  std::string m = memory_error_of("[memory]\ncheckpoint_every = 2\n");
   EXPECT_NE(m.find("test.toml:2:"), std::string::npos) << m;
   EXPECT_NE(m.find("key 'memory.checkpoint_every' needs memory.activation_checkpointing = true"),
             std::string::npos)
       << m;
-  m = error_of("", {"memory.keep_dropout_masks=false"});
+  m = memory_error_of("", {"memory.keep_dropout_masks=false"});
   EXPECT_NE(m.find("--set memory.keep_dropout_masks=false"), std::string::npos) << m;
   EXPECT_NE(m.find("needs memory.activation_checkpointing = true"), std::string::npos) << m;
 }
+
+}  // namespace

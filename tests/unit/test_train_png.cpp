@@ -78,8 +78,6 @@ size_t count_color(const std::vector<uint8_t>& rgb, Rgb c) {
   return n;
 }
 
-}  // namespace
-
 TEST(TrainPng, EncodesWhatWasDrawn) {
   RgbImage img(7, 3);
   img.set(2, 1, {10, 20, 30});
@@ -121,3 +119,5 @@ TEST(TrainPng, LossCurvesFromCsv) {
   EXPECT_FALSE(std::filesystem::exists(dir / "none.png"));
   std::filesystem::remove_all(dir);
 }
+
+}  // namespace

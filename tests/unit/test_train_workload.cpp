@@ -170,8 +170,6 @@ std::string losses(const fs::path& csv) {
   return out;
 }
 
-}  // namespace
-
 TEST(TrainWorkload, OwnWorkloadTrainsGatesAndExports) {
   const fs::path d = fs::temp_directory_path() / ("lockstep_line_" + std::to_string(::getpid()));
   fs::remove_all(d);
@@ -239,3 +237,5 @@ TEST(TrainWorkload, FsdpTrainsExportsAndResumes) {
   }
   fs::remove_all(d);
 }
+
+}  // namespace

@@ -3,8 +3,8 @@
 // optimizer states train like fp32 AdamW (the "AnyPrecision AdamW" of torchdistx).
 //
 //   model->to(torch::kBFloat16);
-//   lockstep::optim::AnyPrecisionAdamW opt(
-//       model->parameters(), lockstep::optim::AnyPrecisionAdamWOptions(1e-3)
+//   lockstep::numerics::AnyPrecisionAdamW opt(
+//       model->parameters(), lockstep::numerics::AnyPrecisionAdamWOptions(1e-3)
 //                                .use_kahan_summation(true)
 //                                .momentum_dtype(torch::kBFloat16)
 //                                .variance_dtype(torch::kBFloat16)
@@ -48,7 +48,7 @@
 #include <utility>
 #include <vector>
 
-namespace lockstep::optim {
+namespace lockstep::numerics {
 
 struct AnyPrecisionAdamWOptions
     : public torch::optim::OptimizerCloneableOptions<AnyPrecisionAdamWOptions> {
@@ -107,4 +107,4 @@ class AnyPrecisionAdamW : public torch::optim::Optimizer {
   AnyPrecisionAdamWParamState& state_for(const torch::Tensor& p, const AnyPrecisionAdamWOptions& o);
 };
 
-}  // namespace lockstep::optim
+}  // namespace lockstep::numerics

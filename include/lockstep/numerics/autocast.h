@@ -2,7 +2,7 @@
 // `torch.autocast`, for C++.
 //
 //   {
-//     lockstep::amp::Autocast ac;            // CPU, bfloat16
+//     lockstep::numerics::Autocast ac;            // CPU, bfloat16
 //     auto loss = model->forward(x).sum();   // matmuls and convolutions run in bf16
 //   }                                        // the previous state is back
 //   loss.backward();                         // backward runs in the dtypes of the forward
@@ -20,7 +20,7 @@
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 
-namespace lockstep::amp {
+namespace lockstep::numerics {
 
 struct AutocastOptions {
   c10::DeviceType device = c10::DeviceType::CPU;  // CPU or CUDA
@@ -61,4 +61,4 @@ class Autocast {
   AutocastState previous_;
 };
 
-}  // namespace lockstep::amp
+}  // namespace lockstep::numerics

@@ -1,8 +1,8 @@
 // lockstep/numerics/dropout.h: dropout whose mask a checkpoint keeps instead of drawing it
 // again in the recomputation (docs/memory.md, "Selective checkpointing").
 //
-//   auto y = lockstep::dropout(x, 0.1, is_training());     // a function
-//   drop = register_module("drop", lockstep::Dropout(0.1)); // a drop-in for nn::Dropout
+//   auto y = lockstep::numerics::dropout(x, 0.1, is_training());     // a function
+//   drop = register_module("drop", lockstep::numerics::Dropout(0.1)); // a drop-in for nn::Dropout
 //
 // Contract:
 //  - Outside a checkpoint (or inside one made with keep_dropout_masks = false) it is
@@ -27,13 +27,13 @@
 
 #include <ostream>
 
-namespace lockstep {
+namespace lockstep::numerics {
 
 // Zeroes each element with probability p and scales the rest by 1/(1-p) when `train`;
 // `x` itself otherwise. p in [0, 1] (torch::dropout's check).
 torch::Tensor dropout(const torch::Tensor& x, double p, bool train);
 
-// A module around lockstep::dropout, training per Module::is_training(); no parameters or
+// A module around lockstep::numerics::dropout, training per Module::is_training(); no parameters or
 // buffers, so it replaces torch::nn::Dropout without changing a state dict.
 class DropoutImpl : public torch::nn::Cloneable<DropoutImpl> {
  public:
@@ -48,4 +48,4 @@ class DropoutImpl : public torch::nn::Cloneable<DropoutImpl> {
 };
 TORCH_MODULE(Dropout);
 
-}  // namespace lockstep
+}  // namespace lockstep::numerics

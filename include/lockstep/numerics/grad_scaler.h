@@ -1,10 +1,10 @@
 // lockstep/numerics/grad_scaler.h: dynamic loss scaling for mixed-precision training, on
 // every rank of a data-parallel job at once (PyTorch's torch.amp.GradScaler, distributed).
 //
-//   lockstep::amp::GradScaler scaler({}, group);
+//   lockstep::numerics::GradScaler scaler({}, group);
 //   for (...) {
 //     opt.zero_grad();
-//     auto loss = ddp.forward(...);              // under lockstep::amp::Autocast
+//     auto loss = ddp.forward(...);              // under lockstep::numerics::Autocast
 //     scaler.scale(loss).backward();            // gradients are scaled by scale()
 //     scaler.unscale(opt);                      // optional: before clipping
 //     clip_grad_norm_(...);
@@ -38,7 +38,7 @@ namespace lockstep::comm {
 class ProcessGroup;
 }
 
-namespace lockstep::amp {
+namespace lockstep::numerics {
 
 struct GradScalerOptions {
   double init_scale = 65536.0;  // 2^16
@@ -94,4 +94,4 @@ class GradScaler {
   std::vector<int> found_ranks_;
 };
 
-}  // namespace lockstep::amp
+}  // namespace lockstep::numerics

@@ -11,7 +11,7 @@ namespace lockstep::comm {
 class ProcessGroup;
 }
 
-namespace lockstep::amp {
+namespace lockstep::numerics {
 
 // The defined gradients of `optimizer`'s parameters, group by group (under FSDP: the shards').
 std::vector<at::Tensor> gradients_of(const torch::optim::Optimizer& optimizer);
@@ -36,4 +36,4 @@ std::vector<int> flags_of_ranks(comm::ProcessGroup* group, int flag);
 // The ranks whose flag is non-zero, in increasing order.
 std::vector<int> ranks_with_flag(const std::vector<int>& flags);
 
-}  // namespace lockstep::amp
+}  // namespace lockstep::numerics

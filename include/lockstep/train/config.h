@@ -39,7 +39,7 @@ struct OptimConfig {
   // How lr follows the global batch when it differs from the reference one
   // (train.keep_global_batch = false and a different world size): "linear", "sqrt", "none".
   std::string lr_scaling = "linear";
-  // anyprecision_adamw (lockstep::optim::AnyPrecisionAdamW): Kahan-compensated updates and
+  // anyprecision_adamw (lockstep::numerics::AnyPrecisionAdamW): Kahan-compensated updates and
   // the dtypes of its states ("float32" | "bfloat16" | "float64").
   bool kahan_summation = false;
   std::string momentum_dtype = "float32";
@@ -52,7 +52,7 @@ struct PrecisionConfig {
   std::string param_dtype =
       "float32";                  // the model's parameters: "float32" | "bfloat16" | "float64"
   std::string autocast = "none";  // the forward's compute dtype: "none" | "bfloat16" | "float16"
-  std::string loss_scaling = "none";  // "none" | "dynamic" (lockstep::amp::GradScaler)
+  std::string loss_scaling = "none";  // "none" | "dynamic" (lockstep::numerics::GradScaler)
   double init_scale = 65536.0;
   int64_t growth_interval = 2000;
 };
@@ -60,7 +60,7 @@ struct PrecisionConfig {
 // Memory savers (docs/memory.md).
 struct MemoryConfig {
   bool activation_checkpointing = false;  // recompute the workload's layers in backward
-  // Which of them and which part (lockstep::CheckpointPolicy): layers 0, k, 2k, ...; the
+  // Which of them and which part (lockstep::numerics::CheckpointPolicy): layers 0, k, 2k, ...; the
   // whole layer or its "attention" / "mlp" block; dropout masks kept or drawn again.
   int64_t checkpoint_every = 1;
   std::string checkpoint_blocks = "layer";

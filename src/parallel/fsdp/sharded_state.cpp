@@ -45,8 +45,8 @@ std::string layout_of(const FlatUnit& u) {
 // --- optimizer state: the per-element tensors of SGD, Adam, AdamW and AnyPrecision AdamW,
 // and their step ---
 
-using lockstep::optim::AnyPrecisionAdamW;
-using lockstep::optim::AnyPrecisionAdamWParamState;
+using lockstep::numerics::AnyPrecisionAdamW;
+using lockstep::numerics::AnyPrecisionAdamWParamState;
 
 struct OptState {
   // "none" (no state yet), "sgd", "adam", "adamw", "anyprecision_adamw"

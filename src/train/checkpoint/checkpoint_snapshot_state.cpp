@@ -18,8 +18,8 @@
 namespace lockstep::train {
 namespace {
 
-using lockstep::optim::AnyPrecisionAdamW;
-using lockstep::optim::AnyPrecisionAdamWParamState;
+using lockstep::numerics::AnyPrecisionAdamW;
+using lockstep::numerics::AnyPrecisionAdamWParamState;
 using torch::serialize::InputArchive;
 using torch::serialize::OutputArchive;
 

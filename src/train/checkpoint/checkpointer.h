@@ -93,7 +93,7 @@ class Checkpointer {
   double last_snapshot_s() const { return last_snapshot_s_; }
   // The loss scaler whose scale and growth tracker go into meta.json and come back on
   // resume (precision.loss_scaling = "dynamic"); null: none.
-  void set_scaler(amp::GradScaler* scaler) { scaler_ = scaler; }
+  void set_scaler(numerics::GradScaler* scaler) { scaler_ = scaler; }
   // The outer loop (strategy.kind = "diloco"), else null: its replicas differ inside a round,
   // so every rank writes its own model, optimizer and DiLoCo state, and a resume needs the
   // same world size.
@@ -136,7 +136,7 @@ class Checkpointer {
   std::shared_ptr<torch::nn::Module> model_;
   torch::optim::Optimizer& optimizer_;
   fsdp::FSDPCore* fsdp_;
-  amp::GradScaler* scaler_ = nullptr;
+  numerics::GradScaler* scaler_ = nullptr;
   diloco::DiLoCo* diloco_ = nullptr;
   CheckpointStore store_;
   std::string resumed_note_;           // load()'s line for the log, said once every rank succeeded

@@ -189,10 +189,10 @@ void validate_precision_keys(const TrainConfig& c, const toml::table& root) {
   };
   const auto& p = c.precision;
   if (p.autocast != "none") {
-    amp::AutocastOptions a;
+    numerics::AutocastOptions a;
     a.dtype = p.autocast == "float16" ? c10::ScalarType::Half : c10::ScalarType::BFloat16;
     try {
-      amp::Autocast probe(a);  // the runtime's own rule: this libtorch, this device
+      numerics::Autocast probe(a);  // the runtime's own rule: this libtorch, this device
     } catch (const InvalidArgument& e) {
       throw ConfigError(at("precision", "autocast") + "key 'precision.autocast' = '" + p.autocast +
                         "': " + e.what() + "; use \"bfloat16\" or \"none\"");

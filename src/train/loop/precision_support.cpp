@@ -19,8 +19,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o,
     return std::make_unique<torch::optim::SGD>(
         params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
   if (o.name == "anyprecision_adamw")
-    return std::make_unique<optim::AnyPrecisionAdamW>(
-        params, optim::AnyPrecisionAdamWOptions(o.lr)
+    return std::make_unique<numerics::AnyPrecisionAdamW>(
+        params, numerics::AnyPrecisionAdamWOptions(o.lr)
                     .betas({o.beta1, o.beta2})
                     .weight_decay(o.weight_decay)
                     .use_kahan_summation(o.kahan_summation)
@@ -32,20 +32,20 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o,
       torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(o.weight_decay));
 }
 
-std::optional<amp::AutocastOptions> autocast_options(const PrecisionConfig& p) {
+std::optional<numerics::AutocastOptions> autocast_options(const PrecisionConfig& p) {
   if (p.autocast == "none") return std::nullopt;
-  amp::AutocastOptions a;
+  numerics::AutocastOptions a;
   a.dtype = *dtype_named(p.autocast);
   return a;
 }
 
-std::unique_ptr<amp::GradScaler> make_scaler(const PrecisionConfig& p,
+std::unique_ptr<numerics::GradScaler> make_scaler(const PrecisionConfig& p,
                                              std::shared_ptr<comm::ProcessGroup> group) {
   if (p.loss_scaling != "dynamic") return nullptr;
-  amp::GradScalerOptions o;
+  numerics::GradScalerOptions o;
   o.init_scale = p.init_scale;
   o.growth_interval = p.growth_interval;
-  return std::make_unique<amp::GradScaler>(o, std::move(group));
+  return std::make_unique<numerics::GradScaler>(o, std::move(group));
 }
 
 }  // namespace lockstep::train

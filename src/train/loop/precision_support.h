@@ -24,10 +24,10 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o,
                                                         const std::vector<torch::Tensor>& params);
 
 // precision.autocast as a scope's options; nullopt for "none".
-std::optional<amp::AutocastOptions> autocast_options(const PrecisionConfig& p);
+std::optional<numerics::AutocastOptions> autocast_options(const PrecisionConfig& p);
 
 // precision.loss_scaling = "dynamic": a scaler over `group` (null for one process); else null.
-std::unique_ptr<amp::GradScaler> make_scaler(const PrecisionConfig& p,
+std::unique_ptr<numerics::GradScaler> make_scaler(const PrecisionConfig& p,
                                              std::shared_ptr<comm::ProcessGroup> group);
 
 }  // namespace lockstep::train

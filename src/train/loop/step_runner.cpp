@@ -6,8 +6,8 @@
 
 #include <lockstep/env_contract.h>
 #include <lockstep/numerics/non_finite.h>
-#include <lockstep/parallel/hooks/powersgd_hook.h>
-#include <lockstep/parallel/hooks/qsgd_hook.h>
+#include <lockstep/parallel/ddp/hooks/powersgd_hook.h>
+#include <lockstep/parallel/ddp/hooks/qsgd_hook.h>
 
 #include <cmath>
 #include <cstdio>
@@ -82,7 +82,7 @@ void StepRunner::wrap_ddp(int64_t start_step) {
     q.bits = int(cfg_.strategy.qsgd_bits);
     q.bucket_size = cfg_.strategy.qsgd_bucket_size;
     q.seed = uint64_t(cfg_.run.seed);
-    ddp_->register_comm_hook(compress::qsgd(q));
+    ddp_->register_comm_hook(ddp::hooks::qsgd(q));
   }
   if (cfg_.strategy.comm_hook == "powersgd") {
     ddp::hooks::PowerSgdOptions o;
@@ -102,7 +102,7 @@ void StepRunner::wrap_ddp(int64_t start_step) {
 
 torch::Tensor StepRunner::forward_loss(const Batch& batch) {
   const std::function<torch::Tensor()> loss = [&] {
-    std::optional<amp::Autocast> scope;
+    std::optional<numerics::Autocast> scope;
     if (autocast_) scope.emplace(*autocast_);
     return workload_.loss(batch);
   };
@@ -156,16 +156,16 @@ bool StepRunner::finite_or_skip(double loss_sum, int64_t step_number) {
     return false;
   }
   const int flag = (std::isfinite(loss_sum) ? 0 : 2) |
-                   (amp::has_non_finite(amp::gradients_of(*optimizer_)) ? 1 : 0);
+                   (numerics::has_non_finite(numerics::gradients_of(*optimizer_)) ? 1 : 0);
   // Under DiLoCo a replica's steps are its own: it decides alone, with no collective a step.
   std::vector<int> flags;
   if (diloco_) {
     flags.assign(size_t(group_->size()), 0);
     flags[size_t(group_->rank())] = flag;
   } else {
-    flags = amp::flags_of_ranks(group_.get(), flag);
+    flags = numerics::flags_of_ranks(group_.get(), flag);
   }
-  const auto bad = amp::ranks_with_flag(flags);
+  const auto bad = numerics::ranks_with_flag(flags);
   if (bad.empty()) return true;
   if (cfg_.train.non_finite == "skip") return false;
   std::vector<int> loss_ranks;
@@ -205,7 +205,7 @@ double StepRunner::step(BatchStream& batches, double lr, int64_t accum, int64_t 
   }
   if (fault_due(step_number, group_ ? group_->rank() : 0)) {
     loss_sum = std::nan("");
-    for (auto& g : amp::gradients_of(*optimizer_))
+    for (auto& g : numerics::gradients_of(*optimizer_))
       if (g.numel() > 0) {
         g.fill_(std::nan(""));
         break;

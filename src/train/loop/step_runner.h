@@ -78,7 +78,7 @@ class StepRunner {
   double step(BatchStream& batches, double lr, int64_t accum, int64_t step_number);
   const CommStats& comm_stats() const { return stats_; }
   // The loss scaler (precision.loss_scaling = "dynamic"), else null.
-  amp::GradScaler* scaler() { return scaler_.get(); }
+  numerics::GradScaler* scaler() { return scaler_.get(); }
 
  private:
   torch::Tensor forward_loss(const Batch& batch);
@@ -95,8 +95,8 @@ class StepRunner {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<ddp::DistributedDataParallel<LossCallImpl>> ddp_;
   std::unique_ptr<diloco::DiLoCo> diloco_;
-  std::optional<amp::AutocastOptions> autocast_;
-  std::unique_ptr<amp::GradScaler> scaler_;
+  std::optional<numerics::AutocastOptions> autocast_;
+  std::unique_ptr<numerics::GradScaler> scaler_;
   CommStats stats_;
 };
 

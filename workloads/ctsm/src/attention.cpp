@@ -15,7 +15,7 @@ CtsmAttentionImpl::CtsmAttentionImpl(CtsmAttentionOptions o) : o_(o) {
   start_v_ = register_parameter("start_v", torch::randn({o.d_model}) * 0.02);
   // Slopes start spread out (0.1..1) so heads begin with different time horizons.
   recency_slope_ = register_parameter("recency_slope", torch::linspace(0.1, 1.0, o.heads));
-  drop_ = register_module("drop", lockstep::Dropout(o.dropout));
+  drop_ = register_module("drop", lockstep::numerics::Dropout(o.dropout));
 }
 
 torch::Tensor CtsmAttentionImpl::forward(const torch::Tensor& q_in, const torch::Tensor& kv_in,

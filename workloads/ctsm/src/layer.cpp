@@ -10,7 +10,7 @@ CtsmLayerImpl::CtsmLayerImpl(CtsmLayerOptions o) : checkpoint_(o.checkpoint) {
       register_module("attn", CtsmAttention(CtsmAttentionOptions{o.d_model, o.heads, o.dropout}));
   ff1_ = register_module("ff1", torch::nn::Linear(o.d_model, o.d_ff));
   ff2_ = register_module("ff2", torch::nn::Linear(o.d_ff, o.d_model));
-  drop_ = register_module("drop", lockstep::Dropout(o.dropout));
+  drop_ = register_module("drop", lockstep::numerics::Dropout(o.dropout));
 }
 
 // x = h + drop(attn(ln_q(h), ln_kv(h + outcome))), y = x + drop(ff2(gelu(ff1(ln_ff(x))))),
@@ -18,7 +18,7 @@ CtsmLayerImpl::CtsmLayerImpl(CtsmLayerOptions o) : checkpoint_(o.checkpoint) {
 // unit: a recomputation finds the unit's parameters gathered by FSDP's pre-backward hook.
 torch::Tensor CtsmLayerImpl::forward(const torch::Tensor& h, const torch::Tensor& outcome,
                                      const torch::Tensor& allowed, const torch::Tensor& age_days) {
-  lockstep::ResidualLayer layer;
+  lockstep::numerics::ResidualLayer layer;
   // An attention-only checkpoint takes h + outcome as its input: h then enters it once
   // (ln_q), so the gradient of h sums its three parts (residual, ln_q, ln_kv) outside the
   // checkpoint in the plain model's order, and the result stays bit-identical.
@@ -36,7 +36,7 @@ torch::Tensor CtsmLayerImpl::forward(const torch::Tensor& h, const torch::Tensor
     for (auto* m : Modules{ln_ff_.get(), ff1_.get(), ff2_.get()})
       for (const auto& p : m->parameters()) layer.mlp_params.push_back(p);
   }
-  return lockstep::run_residual_layer(checkpoint_, layer, h,
+  return lockstep::numerics::run_residual_layer(checkpoint_, layer, h,
                                       {kv_outside ? h + outcome : outcome, allowed, age_days});
 }
 

@@ -204,7 +204,7 @@ std::shared_ptr<torch::nn::Module> CtsmWorkload::build_model(const RunContext& c
     const auto& m = ctx.config->memory;
     o.checkpoint.enabled = m.activation_checkpointing;
     o.checkpoint.every = m.checkpoint_every;
-    o.checkpoint.blocks = lockstep::parse_checkpoint_blocks(m.checkpoint_blocks);
+    o.checkpoint.blocks = lockstep::numerics::parse_checkpoint_blocks(m.checkpoint_blocks);
     o.checkpoint.keep_dropout_masks = m.keep_dropout_masks;
   }
   model_ = Ctsm(o);

@@ -7,4 +7,4 @@
 #include <lockstep/parallel/ddp/model_check.h>
 #include <lockstep/parallel/ddp/options.h>
 #include <lockstep/parallel/ddp/reducer.h>
-#include <lockstep/parallel/hooks/default_hooks.h>
+#include <lockstep/parallel/ddp/hooks/default_hooks.h>

@@ -33,7 +33,7 @@ class CtsmAttentionImpl : public torch::nn::Module {
   CtsmAttentionOptions o_;
   torch::nn::Linear wq_{nullptr}, wk_{nullptr}, wv_{nullptr}, wo_{nullptr};
   torch::Tensor start_k_, start_v_, recency_slope_;
-  lockstep::Dropout drop_{nullptr};  // torch's dropout, whose mask a checkpoint keeps
+  lockstep::numerics::Dropout drop_{nullptr};  // torch's dropout, whose mask a checkpoint keeps
 };
 TORCH_MODULE(CtsmAttention);
 

@@ -8,7 +8,7 @@
 
 #include <ctsm/attention.h>
 
-#include <lockstep/numerics/checkpoint_policy.h>
+#include <lockstep/numerics/activation_checkpoint_policy.h>
 #include <lockstep/numerics/dropout.h>
 
 #include <vector>
@@ -21,9 +21,9 @@ struct CtsmLayerOptions {
   int64_t d_ff = 256;
   double dropout = 0.0;
   // What to recompute in backward instead of keeping: the whole layer, its attention or its
-  // MLP residual block, or nothing (lockstep::CheckpointPolicy::for_layer; the trainer's
+  // MLP residual block, or nothing (lockstep::numerics::CheckpointPolicy::for_layer; the trainer's
   // memory.activation_checkpointing and memory.checkpoint_* keys).
-  lockstep::LayerCheckpointing checkpoint;
+  lockstep::numerics::LayerCheckpointing checkpoint;
 };
 
 class CtsmLayerImpl : public torch::nn::Module {
@@ -36,11 +36,11 @@ class CtsmLayerImpl : public torch::nn::Module {
  private:
   // The feed-forward residual branch, drop(ff2(gelu(ff1(ln_ff(x))))).
   torch::Tensor mlp_branch(const torch::Tensor& x);
-  lockstep::LayerCheckpointing checkpoint_;
+  lockstep::numerics::LayerCheckpointing checkpoint_;
   torch::nn::LayerNorm ln_q_{nullptr}, ln_kv_{nullptr}, ln_ff_{nullptr};
   CtsmAttention attn_{nullptr};
   torch::nn::Linear ff1_{nullptr}, ff2_{nullptr};
-  lockstep::Dropout drop_{nullptr};  // its masks are kept by a checkpoint, not redrawn
+  lockstep::numerics::Dropout drop_{nullptr};  // its masks are kept by a checkpoint, not redrawn
 };
 TORCH_MODULE(CtsmLayer);
 

@@ -28,8 +28,8 @@ struct CtsmOptions {
   int64_t d_ff = 256;
   double dropout = 0.0;
   // Activation checkpointing of the encoder layers (off by default); layer i gets
-  // checkpoint.for_layer(i) (lockstep/numerics/checkpoint_policy.h).
-  lockstep::CheckpointPolicy checkpoint;
+  // checkpoint.for_layer(i) (lockstep/numerics/activation_checkpoint_policy.h).
+  lockstep::numerics::CheckpointPolicy checkpoint;
 };
 
 class CtsmImpl : public torch::nn::Module {

@@ -1,13 +1,15 @@
-// lockstep::checkpoint and lockstep::Checkpointed: the same outputs and gradients as a plain
+// lockstep::numerics::activation_checkpoint and lockstep::numerics::Checkpointed: the same outputs and gradients as a plain
 // forward/backward (bit for bit in float32 and under bf16 autocast on the CPU, dropout
 // included), the parameters' accumulator hooks firing once, the RNG stream untouched by
 // the recomputation, activations not kept, and the errors of the contract.
 #include <lockstep/compat.h>
 #include <lockstep/error.h>
 #include <lockstep/numerics/autocast.h>
-#include <lockstep/numerics/checkpoint.h>
+#include <lockstep/numerics/activation_checkpoint.h>
 
 #include <gtest/gtest.h>
+
+#include "tensor_diff.h"
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -16,7 +18,7 @@
 
 namespace {
 
-using lockstep::checkpoint;
+using lockstep::numerics::activation_checkpoint;
 using TensorVec = std::vector<torch::Tensor>;
 
 // An MLP block with dropout: the recomputation must draw the same mask.
@@ -32,19 +34,7 @@ struct MlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
-// Largest |a - b| over two lists (0 when both are bit-identical); -1 when the lists'
-// shapes or definedness differ.
-double max_diff(const TensorVec& a, const TensorVec& b) {
-  if (a.size() != b.size()) return -1;
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].defined() != b[i].defined()) return -1;
-    if (!a[i].defined()) continue;
-    if (a[i].sizes() != b[i].sizes() || a[i].scalar_type() != b[i].scalar_type()) return -1;
-    d = std::max(d, (a[i].to(torch::kDouble) - b[i].to(torch::kDouble)).abs().max().item<double>());
-  }
-  return d;
-}
+using lockstep::testing::max_diff;
 
 bool identical(const TensorVec& a, const TensorVec& b, const char* what) {
   const double d = max_diff(a, b);
@@ -79,10 +69,10 @@ BlockRun run_block(Mlp block, const torch::Tensor& x, bool ckpt, bool autocast) 
   torch::manual_seed(42);
   BlockRun r;
   {
-    c10::optional<lockstep::amp::Autocast> ac;
+    c10::optional<lockstep::numerics::Autocast> ac;
     if (autocast) ac.emplace();
     r.out = ckpt
-                ? checkpoint([&](const torch::Tensor& in) { return block->forward(in); }, x, params)
+                ? activation_checkpoint([&](const torch::Tensor& in) { return block->forward(in); }, x, params)
                 : block->forward(x);
   }
   r.out.pow(2).sum().backward();
@@ -90,8 +80,6 @@ BlockRun run_block(Mlp block, const torch::Tensor& x, bool ckpt, bool autocast) 
   r.grads = grads_of(params);
   return r;
 }
-
-}  // namespace
 
 TEST(Checkpoint, MlpWithDropoutIsBitIdenticalInFloat32) {
   torch::manual_seed(0);
@@ -116,7 +104,7 @@ TEST(Checkpoint, UnderBf16AutocastIsBitIdentical) {
     EXPECT_EQ(plain.out.scalar_type(), torch::kFloat);  // x + bf16 -> promoted
     EXPECT_TRUE(identical({ck.out}, {plain.out}, "bf16 autocast output"));
     EXPECT_TRUE(identical(ck.grads, plain.grads, "bf16 autocast gradients"));
-    EXPECT_FALSE(lockstep::amp::is_enabled());  // the recomputation's guard is gone
+    EXPECT_FALSE(lockstep::numerics::is_enabled());  // the recomputation's guard is gone
   }
 }
 
@@ -146,7 +134,7 @@ TEST(Checkpoint, MultipleInputsAndOutputsSomeUnusedOrNotDifferentiable) {
   loss_of(plain).backward();
   const TensorVec g_plain = grads_of({w, a, b});
   zero_grads({w, a, b});
-  auto ck = checkpoint(fn, {a, b, idx}, {w});
+  auto ck = activation_checkpoint(fn, {a, b, idx}, {w});
   ASSERT_EQ(ck.size(), 4u);
   EXPECT_FALSE(ck[2].requires_grad());
   EXPECT_EQ(ck[2].scalar_type(), torch::kLong);
@@ -162,7 +150,7 @@ TEST(Checkpoint, NestedCheckpoints) {
   auto params = inner1->parameters();
   for (const auto& p : inner2->parameters()) params.push_back(p);
   auto two_blocks = [&](const torch::Tensor& in) {
-    auto h = checkpoint([&](const torch::Tensor& t) { return inner1->forward(t); }, in,
+    auto h = activation_checkpoint([&](const torch::Tensor& t) { return inner1->forward(t); }, in,
                         inner1->parameters());
     return inner2->forward(torch::relu(h));
   };
@@ -173,14 +161,14 @@ TEST(Checkpoint, NestedCheckpoints) {
   const TensorVec g_plain = grads_of(all);
   zero_grads(all);
   torch::manual_seed(7);
-  checkpoint(two_blocks, x, params).sum().backward();
+  activation_checkpoint(two_blocks, x, params).sum().backward();
   EXPECT_TRUE(identical(grads_of(all), g_plain, "nested gradients"));
 }
 
 TEST(Checkpoint, WrapperInsideSequentialKeepsNamesAndGradients) {
   torch::manual_seed(5);
-  auto c1 = lockstep::checkpoint_wrapper(torch::nn::Linear(16, 16));
-  auto c2 = lockstep::checkpoint_wrapper(Mlp());
+  auto c1 = lockstep::numerics::checkpoint_wrapper(torch::nn::Linear(16, 16));
+  auto c2 = lockstep::numerics::checkpoint_wrapper(Mlp());
   torch::nn::Sequential net(c1, torch::nn::ReLU(), c2);
   const std::vector<std::string> expected = {"0.weight",   "0.bias",       "2.fc1.weight",
                                              "2.fc1.bias", "2.fc2.weight", "2.fc2.bias"};
@@ -215,9 +203,9 @@ TEST(Checkpoint, AccumulatorHooksFireOncePerParameterPerBackward) {
   auto x = torch::randn({3, 16});
   for (int step = 1; step <= 2; ++step) {
     // Nested too: the inner checkpoint's parameters are a subset of the outer's.
-    auto y = checkpoint(
+    auto y = activation_checkpoint(
         [&](const torch::Tensor& in) {
-          auto h = checkpoint([&](const torch::Tensor& t) { return block->fc1(t); }, in,
+          auto h = activation_checkpoint([&](const torch::Tensor& t) { return block->fc1(t); }, in,
                               block->fc1->parameters());
           return block->fc2(torch::relu(h));
         },
@@ -234,7 +222,7 @@ TEST(Checkpoint, AccumulatorHooksFireOncePerParameterPerBackward) {
 TEST(Checkpoint, UndeclaredLeafIsAnErrorNamingIt) {
   auto w = torch::randn({3, 7}).requires_grad_(true);
   auto x = torch::randn({2, 3}).requires_grad_(true);
-  auto y = checkpoint([&](const torch::Tensor& in) { return in.matmul(w); }, x);  // w not declared
+  auto y = activation_checkpoint([&](const torch::Tensor& in) { return in.matmul(w); }, x);  // w not declared
   try {
     y.sum().backward();
     ADD_FAILURE() << "expected InvalidArgument";
@@ -249,7 +237,7 @@ TEST(Checkpoint, RngStateAfterBackwardIsAsBefore) {
   torch::manual_seed(8);
   Mlp block(16, 0.5);
   auto x = torch::randn({8, 16}).requires_grad_(true);
-  auto y = checkpoint([&](const torch::Tensor& in) { return block->forward(in); }, x,
+  auto y = activation_checkpoint([&](const torch::Tensor& in) { return block->forward(in); }, x,
                       block->parameters());
   const auto gen = at::detail::getDefaultCPUGenerator();
   const torch::Tensor before = gen.get_state();
@@ -274,7 +262,7 @@ TEST(Checkpoint, ActivationsAreNotKeptUntilBackward) {
     };
     auto params = a->parameters();
     for (const auto& p : b->parameters()) params.push_back(p);
-    auto y = ckpt ? checkpoint(fn, x, params) : fn(x);
+    auto y = ckpt ? activation_checkpoint(fn, x, params) : fn(x);
     const bool expired = probe.expired();
     y.sum().backward();
     return expired;
@@ -286,14 +274,14 @@ TEST(Checkpoint, ActivationsAreNotKeptUntilBackward) {
 TEST(Checkpoint, ModifyingTheInputInsideIsAnError) {
   auto w = torch::randn({4, 4}).requires_grad_(true);
   auto x = torch::randn({2, 4});
-  EXPECT_THROW(checkpoint([&](const torch::Tensor& in) { return in.mul_(2).matmul(w); }, x, {w}),
+  EXPECT_THROW(activation_checkpoint([&](const torch::Tensor& in) { return in.mul_(2).matmul(w); }, x, {w}),
                lockstep::InvalidArgument);
 }
 
 TEST(Checkpoint, DoubleBackwardIsAnError) {
   auto w = torch::randn({4, 4}).requires_grad_(true);
   auto x = torch::randn({2, 4}).requires_grad_(true);
-  auto y = checkpoint([&](const torch::Tensor& in) { return torch::tanh(in.matmul(w)); }, x, {w});
+  auto y = activation_checkpoint([&](const torch::Tensor& in) { return torch::tanh(in.matmul(w)); }, x, {w});
   EXPECT_THROW(torch::autograd::grad({y.sum()}, {x}, {}, true, /*create_graph=*/true),
                lockstep::InvalidArgument);
 }
@@ -302,7 +290,9 @@ TEST(Checkpoint, WithoutGradModeItIsAPlainCall) {
   auto w = torch::randn({4, 4}).requires_grad_(true);
   torch::NoGradGuard no_grad;
   auto y =
-      checkpoint([&](const torch::Tensor& in) { return in.matmul(w); }, torch::ones({1, 4}), {w});
+      activation_checkpoint([&](const torch::Tensor& in) { return in.matmul(w); }, torch::ones({1, 4}), {w});
   EXPECT_FALSE(y.requires_grad());
   EXPECT_TRUE(torch::equal(y, torch::ones({1, 4}).matmul(w)));
 }
+
+}  // namespace

@@ -1,5 +1,5 @@
-// Built-in DDP communication hooks; see include/lockstep/parallel/hooks/default_hooks.h.
-#include <lockstep/parallel/hooks/default_hooks.h>
+// Built-in DDP communication hooks; see include/lockstep/parallel/ddp/hooks/default_hooks.h.
+#include <lockstep/parallel/ddp/hooks/default_hooks.h>
 
 #include <ATen/ATen.h>
 

@@ -1,15 +1,15 @@
-// lockstep/numerics/checkpoint.h: activation checkpointing. A block's forward runs
+// lockstep/numerics/activation_checkpoint.h: activation checkpointing. A block's forward runs
 // without keeping its intermediate activations; backward runs the block again (with the
 // forward's RNG and autocast state, so dropout masks and dtypes are the same) and
 // differentiates the recomputation. Memory: the block's inputs instead of everything
 // autograd would save inside it; time: one more forward of the block per step.
 //
-//   auto y = lockstep::checkpoint(
+//   auto y = lockstep::numerics::activation_checkpoint(
 //       [&](const std::vector<torch::Tensor>& in) { return std::vector{block->forward(in[0])}; },
 //       {x}, block->parameters())[0];
 //
-//   torch::nn::Sequential net(lockstep::checkpoint_wrapper(Block()),
-//                             lockstep::checkpoint_wrapper(Block()));   // a module per layer
+//   torch::nn::Sequential net(lockstep::numerics::checkpoint_wrapper(Block()),
+//                             lockstep::numerics::checkpoint_wrapper(Block()));   // a module per layer
 //
 // Contract (docs/memory.md):
 //  - `fn` must compute the same outputs when run again with the same inputs, RNG and
@@ -26,10 +26,10 @@
 //  - Under FSDP, the checkpoint goes inside a unit (FSDP wraps the checkpointed layer);
 //    a checkpoint around an FSDP unit fails in backward when the unit runs again.
 //  - With grad mode off, or when no input or parameter requires grad, `fn` just runs.
-//  - lockstep::dropout calls inside `fn` (numerics/dropout.h) keep their masks from the
-//    forward for the recomputation (CheckpointOptions::keep_dropout_masks); other random
+//  - lockstep::numerics::dropout calls inside `fn` (numerics/dropout.h) keep their masks from the
+//    forward for the recomputation (ActivationCheckpointOptions::keep_dropout_masks); other random
 //    ops draw again from the replayed RNG state. Either way the numbers are the same.
-// Which layers and sub-blocks to checkpoint: numerics/checkpoint_policy.h.
+// Which layers and sub-blocks to checkpoint: numerics/activation_checkpoint_policy.h.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -42,12 +42,12 @@
 #include <ostream>
 #include <vector>
 
-namespace lockstep {
+namespace lockstep::numerics {
 
-using CheckpointFn = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
+using ActivationCheckpointFn = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
 
-struct CheckpointOptions {
-  // Keep the masks that lockstep::dropout draws inside the function (1 byte per element,
+struct ActivationCheckpointOptions {
+  // Keep the masks that lockstep::numerics::dropout draws inside the function (1 byte per element,
   // held from forward to backward) instead of drawing them again in the recomputation,
   // which on the CPU costs more than the rest of a dropout-heavy block. False: only the
   // inputs are kept and the masks are drawn again from the replayed RNG state.
@@ -57,15 +57,15 @@ struct CheckpointOptions {
 // Runs `fn(inputs)` without saving its activations for backward; see the contract above.
 // Inputs and outputs must be defined tensors; outputs that are not floating point, or do
 // not depend on anything that requires grad, come back with requires_grad false.
-std::vector<torch::Tensor> checkpoint(const CheckpointFn& fn,
+std::vector<torch::Tensor> activation_checkpoint(const ActivationCheckpointFn& fn,
                                       const std::vector<torch::Tensor>& inputs,
                                       const std::vector<torch::Tensor>& params = {},
-                                      const CheckpointOptions& options = {});
+                                      const ActivationCheckpointOptions& options = {});
 
 // One tensor in, one out.
-torch::Tensor checkpoint(const std::function<torch::Tensor(const torch::Tensor&)>& fn,
+torch::Tensor activation_checkpoint(const std::function<torch::Tensor(const torch::Tensor&)>& fn,
                          const torch::Tensor& input, const std::vector<torch::Tensor>& params = {},
-                         const CheckpointOptions& options = {});
+                         const ActivationCheckpointOptions& options = {});
 
 // A layer (tensor in, tensor out) whose forward is checkpointed, with the layer's own
 // parameters declared. Transparent, like fsdp::wrap: it registers the layer's parameters,
@@ -73,7 +73,7 @@ torch::Tensor checkpoint(const std::function<torch::Tensor(const torch::Tensor&)
 // without it. Under FSDP, wrap this wrapper (not the other way round).
 class CheckpointedImpl : public torch::nn::Module {
  public:
-  explicit CheckpointedImpl(torch::nn::AnyModule inner, CheckpointOptions options = {});
+  explicit CheckpointedImpl(torch::nn::AnyModule inner, ActivationCheckpointOptions options = {});
   torch::Tensor forward(const torch::Tensor& x);
   const std::shared_ptr<torch::nn::Module>& inner() const { return inner_; }
   // Off: a plain forward of the layer (e.g. to compare memory and time).
@@ -84,19 +84,19 @@ class CheckpointedImpl : public torch::nn::Module {
  private:
   torch::nn::AnyModule any_;
   std::shared_ptr<torch::nn::Module> inner_;
-  CheckpointOptions options_;
+  ActivationCheckpointOptions options_;
   bool enabled_ = true;
 };
 TORCH_MODULE(Checkpointed);
 
 template <class M>
 Checkpointed checkpoint_wrapper(const torch::nn::ModuleHolder<M>& layer,
-                                CheckpointOptions options = {}) {
+                                ActivationCheckpointOptions options = {}) {
   return Checkpointed(torch::nn::AnyModule(layer), options);
 }
 template <class M>
-Checkpointed checkpoint_wrapper(std::shared_ptr<M> layer, CheckpointOptions options = {}) {
+Checkpointed checkpoint_wrapper(std::shared_ptr<M> layer, ActivationCheckpointOptions options = {}) {
   return Checkpointed(torch::nn::AnyModule(std::move(layer)), options);
 }
 
-}  // namespace lockstep
+}  // namespace lockstep::numerics

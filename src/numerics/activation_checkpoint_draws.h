@@ -1,4 +1,4 @@
-// src/numerics/checkpoint_draws.h (internal): the random draws a checkpoint keeps from its
+// src/numerics/activation_checkpoint_draws.h (internal): the random draws a checkpoint keeps from its
 // forward for its recomputation, shared by checkpoint.cpp (which opens the frames) and
 // dropout.cpp (which draws). See docs/memory.md, "Selective checkpointing".
 //
@@ -21,7 +21,7 @@
 #include <functional>
 #include <vector>
 
-namespace lockstep::detail {
+namespace lockstep::numerics::draws {
 
 // One draw: the value to keep (e.g. a bool mask) and the CPU generator state after it.
 struct KeptDraw {
@@ -54,4 +54,4 @@ bool draw_frames_active();
 // recording (another shape, or more draws than the forward made).
 at::Tensor kept_draw(c10::IntArrayRef sizes, const std::function<at::Tensor()>& draw);
 
-}  // namespace lockstep::detail
+}  // namespace lockstep::numerics::draws

@@ -1,4 +1,4 @@
-// lockstep/launch/exit_status.h: turning waitpid statuses into words and exit codes.
+// src/launch/exit_status.h: turning waitpid statuses into words and exit codes.
 #pragma once
 
 #include <string>

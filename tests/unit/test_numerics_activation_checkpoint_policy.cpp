@@ -1,16 +1,18 @@
-// Selective activation checkpointing (lockstep::CheckpointPolicy) and lockstep::dropout's
+// Selective activation checkpointing (lockstep::numerics::CheckpointPolicy) and lockstep::numerics::dropout's
 // kept masks: a stack of transformer layers with dropout gives bit-identical outputs and
 // gradients with every policy (whole layers, attention or MLP sub-blocks, every k-th
 // layer, masks kept or drawn again) as without checkpointing, in float32, float64 and
-// under bf16 autocast; lockstep::dropout is torch::dropout outside a checkpoint; a
+// under bf16 autocast; lockstep::numerics::dropout is torch::dropout outside a checkpoint; a
 // recomputation that does not repeat the forward's dropout calls is an error.
 #include <lockstep/error.h>
 #include <lockstep/numerics/autocast.h>
-#include <lockstep/numerics/checkpoint.h>
-#include <lockstep/numerics/checkpoint_policy.h>
+#include <lockstep/numerics/activation_checkpoint.h>
+#include <lockstep/numerics/activation_checkpoint_policy.h>
 #include <lockstep/numerics/dropout.h>
 
 #include <gtest/gtest.h>
+
+#include "tensor_diff.h"
 #include <torch/torch.h>
 
 #include <cmath>
@@ -19,9 +21,9 @@
 
 namespace {
 
-using lockstep::CheckpointBlocks;
-using lockstep::CheckpointPolicy;
-using lockstep::LayerCheckpointing;
+using lockstep::numerics::CheckpointBlocks;
+using lockstep::numerics::CheckpointPolicy;
+using lockstep::numerics::LayerCheckpointing;
 using TensorVec = std::vector<torch::Tensor>;
 
 // Pre-norm causal self-attention with dropout on the attention weights and the output.
@@ -30,7 +32,7 @@ struct AttnImpl : torch::nn::Module {
     ln = register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
     qkv = register_module("qkv", torch::nn::Linear(d, 3 * d));
     proj = register_module("proj", torch::nn::Linear(d, d));
-    drop = register_module("drop", lockstep::Dropout(p));
+    drop = register_module("drop", lockstep::numerics::Dropout(p));
   }
   torch::Tensor forward(const torch::Tensor& h) {
     const int64_t B = h.size(0), L = h.size(1), D = h.size(2), dh = D / heads;
@@ -43,7 +45,7 @@ struct AttnImpl : torch::nn::Module {
   int64_t heads;
   torch::nn::LayerNorm ln{nullptr};
   torch::nn::Linear qkv{nullptr}, proj{nullptr};
-  lockstep::Dropout drop{nullptr};
+  lockstep::numerics::Dropout drop{nullptr};
 };
 TORCH_MODULE(Attn);
 
@@ -54,7 +56,7 @@ struct FfImpl : torch::nn::Module {
     ln = register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
     fc1 = register_module("fc1", torch::nn::Linear(d, 2 * d));
     fc2 = register_module("fc2", torch::nn::Linear(2 * d, d));
-    drop = register_module("drop", lockstep::Dropout(p));
+    drop = register_module("drop", lockstep::numerics::Dropout(p));
     torch_drop = register_module("torch_drop", torch::nn::Dropout(p));
   }
   torch::Tensor forward(const torch::Tensor& x) {
@@ -62,26 +64,26 @@ struct FfImpl : torch::nn::Module {
   }
   torch::nn::LayerNorm ln{nullptr};
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
-  lockstep::Dropout drop{nullptr};
+  lockstep::numerics::Dropout drop{nullptr};
   torch::nn::Dropout torch_drop{nullptr};
 };
 TORCH_MODULE(Ff);
 
-// One layer running its plan through lockstep::run_residual_layer.
+// One layer running its plan through lockstep::numerics::run_residual_layer.
 struct LayerImpl : torch::nn::Module {
   LayerImpl(int64_t d, int64_t heads, double p, LayerCheckpointing plan) : plan(plan) {
     attn = register_module("attn", Attn(d, heads, p));
     ff = register_module("ff", Ff(d, p));
   }
   torch::Tensor forward(const torch::Tensor& h) {
-    lockstep::ResidualLayer layer;
+    lockstep::numerics::ResidualLayer layer;
     layer.attention = [a = attn](const torch::Tensor& in, const TensorVec&) mutable {
       return a(in);
     };
     layer.attention_params = attn->parameters();
     layer.mlp = [f = ff](const torch::Tensor& in) mutable { return f(in); };
     layer.mlp_params = ff->parameters();
-    return lockstep::run_residual_layer(plan, layer, h);
+    return lockstep::numerics::run_residual_layer(plan, layer, h);
   }
   LayerCheckpointing plan;
   Attn attn{nullptr};
@@ -106,7 +108,7 @@ TensorVec run(const CheckpointPolicy& policy, torch::Dtype dtype, bool autocast)
   torch::manual_seed(123);  // the dropout masks
   torch::Tensor y;
   {
-    c10::optional<lockstep::amp::Autocast> ac;
+    c10::optional<lockstep::numerics::Autocast> ac;
     if (autocast) ac.emplace();
     y = net->forward(x);
   }
@@ -117,21 +119,10 @@ TensorVec run(const CheckpointPolicy& policy, torch::Dtype dtype, bool autocast)
   return out;
 }
 
-// Largest |a - b| (0: bit-identical values); infinity when shapes or definedness differ.
-double max_diff(const TensorVec& a, const TensorVec& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].defined() != b[i].defined()) return INFINITY;
-    if (!a[i].defined()) continue;
-    if (a[i].sizes() != b[i].sizes() || a[i].scalar_type() != b[i].scalar_type()) return INFINITY;
-    d = std::max(d, (a[i].to(torch::kDouble) - b[i].to(torch::kDouble)).abs().max().item<double>());
-  }
-  return d;
-}
+using lockstep::testing::max_diff;
 
 std::string describe(const CheckpointPolicy& p) {
-  return std::string(lockstep::checkpoint_blocks_name(p.blocks)) + ", every " +
+  return std::string(lockstep::numerics::checkpoint_blocks_name(p.blocks)) + ", every " +
          std::to_string(p.every) + (p.keep_dropout_masks ? ", masks kept" : ", masks redrawn");
 }
 
@@ -152,8 +143,6 @@ void expect_all_policies_identical(torch::Dtype dtype, bool autocast, const char
         EXPECT_EQ(d, 0.0) << what << ", " << describe(p);
       }
 }
-
-}  // namespace
 
 TEST(CheckpointPolicy, EveryPolicyIsBitIdenticalWithDropoutFloat32) {
   expect_all_policies_identical(torch::kFloat, false, "float32");
@@ -198,9 +187,9 @@ TEST(CheckpointPolicy, PlansEveryKthLayerAndTheChosenBlock) {
 
 TEST(CheckpointPolicy, BlockNamesRoundTripAndABadOneIsAnError) {
   for (auto b : {CheckpointBlocks::Layer, CheckpointBlocks::Attention, CheckpointBlocks::Mlp})
-    EXPECT_EQ(lockstep::parse_checkpoint_blocks(lockstep::checkpoint_blocks_name(b)), b);
+    EXPECT_EQ(lockstep::numerics::parse_checkpoint_blocks(lockstep::numerics::checkpoint_blocks_name(b)), b);
   try {
-    lockstep::parse_checkpoint_blocks("attn");
+    lockstep::numerics::parse_checkpoint_blocks("attn");
     ADD_FAILURE() << "expected InvalidArgument";
   } catch (const lockstep::InvalidArgument& e) {
     const std::string msg = e.what();
@@ -213,21 +202,21 @@ TEST(CheckpointDropout, OutsideACheckpointItIsTorchDropout) {
   auto x = torch::randn({6, 10}).t();  // non-contiguous: the mask's layout matters
   const auto gen = at::detail::getDefaultCPUGenerator();
   torch::manual_seed(5);
-  auto ours = lockstep::dropout(x, 0.3, true);
+  auto ours = lockstep::numerics::dropout(x, 0.3, true);
   const torch::Tensor after_ours = gen.get_state();
   torch::manual_seed(5);
   auto theirs = torch::dropout(x, 0.3, true);
   EXPECT_TRUE(torch::equal(ours, theirs));
   EXPECT_TRUE(torch::equal(gen.get_state(), after_ours));  // the same numbers consumed
-  EXPECT_TRUE(torch::equal(lockstep::dropout(x, 0.3, false), x));
-  EXPECT_THROW(lockstep::Dropout(1.5), lockstep::InvalidArgument);
+  EXPECT_TRUE(torch::equal(lockstep::numerics::dropout(x, 0.3, false), x));
+  EXPECT_THROW(lockstep::numerics::Dropout(1.5), lockstep::InvalidArgument);
 }
 
 TEST(CheckpointDropout, InsideACheckpointNonContiguousInputIsBitIdentical) {
   auto w = torch::randn({10, 10}).requires_grad_(true);
   auto x = torch::randn({6, 10}).requires_grad_(true);
   auto fn = [&](const torch::Tensor& in) {
-    return lockstep::dropout(in.matmul(w).t(), 0.4, true).sin();  // a transposed view
+    return lockstep::numerics::dropout(in.matmul(w).t(), 0.4, true).sin();  // a transposed view
   };
   torch::manual_seed(6);
   auto plain = fn(x);
@@ -236,7 +225,7 @@ TEST(CheckpointDropout, InsideACheckpointNonContiguousInputIsBitIdentical) {
   w.mutable_grad() = torch::Tensor();
   x.mutable_grad() = torch::Tensor();
   torch::manual_seed(6);
-  auto ck = lockstep::checkpoint(fn, x, {w});
+  auto ck = lockstep::numerics::activation_checkpoint(fn, x, {w});
   ck.sum().backward();
   const double d =
       max_diff({ck.detach(), w.grad(), x.grad()}, {plain.detach(), g_plain[0], g_plain[1]});
@@ -249,16 +238,16 @@ TEST(CheckpointDropout, NestedCheckpointsWithKeptMasksAreBitIdentical) {
   auto net = make_stack(CheckpointPolicy{}, torch::kFloat);  // plain layers
   auto x = torch::randn({2, 12, 16}).requires_grad_(true);
   auto two = [&](const torch::Tensor& in) {
-    auto h = lockstep::checkpoint(
+    auto h = lockstep::numerics::activation_checkpoint(
         [&](const torch::Tensor& t) { return (*net)[0]->as<Layer>()->forward(t); }, in,
         (*net)[0]->parameters());
-    return (*net)[1]->as<Layer>()->forward(lockstep::dropout(h, 0.3, true));
+    return (*net)[1]->as<Layer>()->forward(lockstep::numerics::dropout(h, 0.3, true));
   };
   auto grads = [&](bool ckpt) {
     net->zero_grad();
     x.mutable_grad() = torch::Tensor();
     torch::manual_seed(8);
-    auto y = ckpt ? lockstep::checkpoint(two, x, net->parameters()) : two(x);
+    auto y = ckpt ? lockstep::numerics::activation_checkpoint(two, x, net->parameters()) : two(x);
     y.pow(2).sum().backward();
     TensorVec g{y.detach(), x.grad().clone()};
     for (const auto& p : net->parameters())
@@ -276,9 +265,9 @@ TEST(CheckpointDropout, ARecomputationWithOtherDropoutCallsIsAnError) {
   int calls = 0;
   auto fn = [&](const torch::Tensor& in) {  // not deterministic: another shape the second time
     auto h = in.matmul(w);
-    return lockstep::dropout(++calls == 1 ? h : h.narrow(0, 0, 1), 0.5, true).sum(0);
+    return lockstep::numerics::dropout(++calls == 1 ? h : h.narrow(0, 0, 1), 0.5, true).sum(0);
   };
-  auto y = lockstep::checkpoint(fn, torch::randn({3, 4}), {w});
+  auto y = lockstep::numerics::activation_checkpoint(fn, torch::randn({3, 4}), {w});
   try {
     y.sum().backward();
     ADD_FAILURE() << "expected InvalidArgument";
@@ -287,3 +276,5 @@ TEST(CheckpointDropout, ARecomputationWithOtherDropoutCallsIsAnError) {
     EXPECT_NE(msg.find("same dropout calls"), std::string::npos) << msg;
   }
 }
+
+}  // namespace

@@ -1,4 +1,4 @@
-// lockstep/parallel/hooks/default_hooks.h: built-in communication hooks.
+// lockstep/parallel/ddp/hooks/default_hooks.h: built-in communication hooks.
 //
 // All keep the GradBucket contract: the buffer arrives divided by world_size and
 // holds the average once the hook's work and finish step are done.

@@ -1,7 +1,7 @@
-// lockstep/parallel/hooks/qsgd_hook.h: QSGD as a DDP communication hook.
+// lockstep/parallel/ddp/hooks/qsgd_hook.h: QSGD as a DDP communication hook.
 //
 //   lockstep::compress::QsgdOptions o;   // 4 bits, buckets of 128 values by default
-//   ddp.register_comm_hook(lockstep::compress::qsgd(o));
+//   ddp.register_comm_hook(lockstep::ddp::hooks::qsgd(o));
 //
 // The hook reads each GradBucket's per-parameter names, offsets and numels (never call
 // order) to apply the per-layer policy and to keep buckets inside layers; it keeps one
@@ -19,8 +19,8 @@
 #include <lockstep/compress/compressed_allreduce.h>
 #include <lockstep/parallel/ddp/grad_bucket.h>
 
-namespace lockstep::compress {
+namespace lockstep::ddp::hooks {
 
-ddp::CommHook qsgd(QsgdOptions options = {});
+CommHook qsgd(compress::QsgdOptions options = {});
 
-}  // namespace lockstep::compress
+}  // namespace lockstep::ddp::hooks

@@ -1,5 +1,5 @@
 // The numerics PowerSGD shares with PyTorch's hook: its orthogonalisation and its
-// initial-Q seeds (include/lockstep/parallel/hooks/powersgd_hook.h).
+// initial-Q seeds (include/lockstep/parallel/ddp/hooks/powersgd_hook.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>

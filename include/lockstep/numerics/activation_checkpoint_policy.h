@@ -1,17 +1,17 @@
-// lockstep/numerics/checkpoint_policy.h: which parts of a stack of transformer layers run
-// under lockstep::checkpoint (selective activation checkpointing; docs/memory.md).
+// lockstep/numerics/activation_checkpoint_policy.h: which parts of a stack of transformer layers run
+// under lockstep::numerics::activation_checkpoint (selective activation checkpointing; docs/memory.md).
 //
-//   lockstep::CheckpointPolicy policy;          // off
+//   lockstep::numerics::CheckpointPolicy policy;          // off
 //   policy.enabled = true;                      // every layer, whole: the most memory saved
 //   policy.every = 2;                           // layers 0, 2, 4, ...
-//   policy.blocks = lockstep::CheckpointBlocks::Attention;  // only their attention sub-block
+//   policy.blocks = lockstep::numerics::CheckpointBlocks::Attention;  // only their attention sub-block
 //   for (int64_t i = 0; i < n; ++i) layers.push_back(Layer(..., policy.for_layer(i)));
 //
 // A layer asks for_layer(i) once and runs its two residual blocks through
 // run_residual_layer (below; workloads/ctsm/src/layer.cpp, bench/memory.cpp):
-//   Layer:     y = checkpoint(h -> x + mlp(x), x = h + attention(h))
-//   Attention: x = h + checkpoint(attention)(h);  y = x + mlp(x)
-//   Mlp:       x = h + attention(h);              y = x + checkpoint(mlp)(x)
+//   Layer:     y = activation_checkpoint(h -> x + mlp(x), x = h + attention(h))
+//   Attention: x = h + activation_checkpoint(attention)(h);  y = x + mlp(x)
+//   Mlp:       x = h + attention(h);              y = x + activation_checkpoint(mlp)(x)
 //
 // Trade-offs (measured in docs/benchmarks.md, `lockstep-bench memory`):
 //  - every = k keeps the activations of the layers in between: memory ~ (1 - 1/k) of the
@@ -22,7 +22,7 @@
 //    at long sequences; the MLP's, linear in L, stay. Mlp saves the [B, L, d_ff] tensors,
 //    a large share only at short sequences or wide d_ff. Each costs one more forward of its
 //    sub-block; Layer costs one more forward of the whole layer.
-//  - keep_dropout_masks (lockstep::dropout inside the checkpointed blocks) keeps each
+//  - keep_dropout_masks (lockstep::numerics::dropout inside the checkpointed blocks) keeps each
 //    dropout's mask at 1 byte per element instead of drawing it again in backward: on the
 //    CPU the draw costs more than the rest of a dropout-heavy block, so it is what makes
 //    recomputation with dropout slow. Off: only the blocks' inputs are kept.
@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-namespace lockstep {
+namespace lockstep::numerics {
 
 enum class CheckpointBlocks {
   Layer,      // the whole layer under one checkpoint (the most memory saved)
@@ -48,7 +48,7 @@ struct LayerCheckpointing {
   bool layer = false;
   bool attention = false;
   bool mlp = false;
-  bool keep_dropout_masks = true;  // CheckpointOptions::keep_dropout_masks of its checkpoints
+  bool keep_dropout_masks = true;  // ActivationCheckpointOptions::keep_dropout_masks of its checkpoints
   bool any() const { return layer || attention || mlp; }
 };
 
@@ -65,7 +65,7 @@ struct CheckpointPolicy {
 
 // The two residual branches of a pre-norm transformer layer, y = x + mlp(x) with
 // x = h + attention(h, extra), and the parameters each one reads (every tensor that
-// requires grad, as lockstep::checkpoint's contract asks). `extra`: further inputs of the
+// requires grad, as lockstep::numerics::activation_checkpoint's contract asks). `extra`: further inputs of the
 // attention branch (masks, a second stream), passed through the checkpoints as inputs.
 // The functions are copied into the checkpoints and called again in backward.
 struct ResidualLayer {
@@ -86,4 +86,4 @@ const char* checkpoint_blocks_name(CheckpointBlocks blocks);
 // The inverse; InvalidArgument naming the accepted values for any other string.
 CheckpointBlocks parse_checkpoint_blocks(const std::string& name);
 
-}  // namespace lockstep
+}  // namespace lockstep::numerics

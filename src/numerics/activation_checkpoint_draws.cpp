@@ -1,5 +1,5 @@
-// The recorded random draws of checkpoints; see checkpoint_draws.h.
-#include "checkpoint_draws.h"
+// The recorded random draws of checkpoints; see activation_checkpoint_draws.h.
+#include "activation_checkpoint_draws.h"
 
 #include <lockstep/error.h>
 
@@ -8,7 +8,7 @@
 
 #include <mutex>
 
-namespace lockstep::detail {
+namespace lockstep::numerics::draws {
 namespace {
 
 struct Frame {
@@ -36,14 +36,14 @@ void set_cpu_rng_state(const at::Tensor& state) {
 // The next recorded draw of a replaying frame, checked against the shape asked for.
 const KeptDraw& take(KeptDraws& kept, c10::IntArrayRef sizes) {
   if (kept.next >= kept.draws.size())
-    throw InvalidArgument(concat(
-        "lockstep::checkpoint: the recomputation made more kept random draws (dropout) than the "
+    throw InvalidArgument(detail::concat(
+        "lockstep::numerics::activation_checkpoint: the recomputation made more kept random draws (dropout) than the "
         "forward (",
         kept.draws.size(),
         "); the checkpointed function must make the same dropout calls when run again"));
   const KeptDraw& d = kept.draws[kept.next];
   if (d.value.sizes() != sizes)
-    throw InvalidArgument(concat("lockstep::checkpoint: kept random draw ", kept.next,
+    throw InvalidArgument(detail::concat("lockstep::numerics::activation_checkpoint: kept random draw ", kept.next,
                                  " (dropout) has shape ", d.value.sizes(), " in the forward but ",
                                  sizes,
                                  " in the recomputation; the checkpointed function must make the "
@@ -82,4 +82,4 @@ at::Tensor kept_draw(c10::IntArrayRef sizes, const std::function<at::Tensor()>& 
   return d.value;
 }
 
-}  // namespace lockstep::detail
+}  // namespace lockstep::numerics::draws

@@ -1,5 +1,5 @@
 // Activation checkpointing under DDP and FSDP: a model whose blocks are checkpointed
-// (lockstep::checkpoint_wrapper, dropout inside) trains to the same parameters as the same
+// (lockstep::numerics::checkpoint_wrapper, dropout inside) trains to the same parameters as the same
 // model without checkpointing, on every rank, for SGD with momentum and Adam in float64
 // and float32 (expected bit-identical: tolerance 0, max difference printed). The two
 // variants run side by side in this process from the same seeds, so dropout draws the same
@@ -7,7 +7,7 @@
 // Sequential of checkpointed blocks); a checkpoint AROUND an FSDP unit is an error in
 // backward, checked last. Runs standalone under lockstep-run / mpirun.
 #include <lockstep/lockstep.h>
-#include <lockstep/numerics/checkpoint.h>
+#include <lockstep/numerics/activation_checkpoint.h>
 #include <lockstep/parallel/ddp/ddp.h>
 #include <lockstep/parallel/fsdp/fsdp.h>
 
@@ -42,7 +42,7 @@ struct Net : torch::nn::Module {
     inp = register_module("inp", torch::nn::Linear(6, 12));
     torch::nn::Sequential seq;
     for (int i = 0; i < 3; ++i) {
-      auto c = lockstep::checkpoint_wrapper(Block());
+      auto c = lockstep::numerics::checkpoint_wrapper(Block());
       c->set_enabled(ckpt);
       seq->push_back(c);
     }
@@ -167,7 +167,7 @@ void checkpoint_around_unit_is_an_error(const std::shared_ptr<lockstep::ProcessG
   struct Outer : torch::nn::Module {
     Outer() { unit = register_module("unit", fsdp::wrap(Block())); }
     torch::Tensor forward(const torch::Tensor& x) {
-      return lockstep::checkpoint([this](const torch::Tensor& in) { return unit(in); }, x,
+      return lockstep::numerics::activation_checkpoint([this](const torch::Tensor& in) { return unit(in); }, x,
                                   parameters());
     }
     fsdp::Wrapped<BlockImpl> unit{nullptr};

@@ -1,12 +1,17 @@
-// The QSGD DDP communication hook (see ddp_hook.h).
-#include <lockstep/parallel/hooks/qsgd_hook.h>
+// The QSGD DDP communication hook (see include/lockstep/parallel/ddp/hooks/qsgd_hook.h).
+#include <lockstep/parallel/ddp/hooks/qsgd_hook.h>
 
 #include <map>
 #include <memory>
 #include <mutex>
 
-namespace lockstep::compress {
+namespace lockstep::ddp::hooks {
 namespace {
+
+using compress::apply_env;
+using compress::CompressedAllreduce;
+using compress::LayerSpan;
+using compress::QsgdOptions;
 
 struct HookState {
   QsgdOptions options;
@@ -33,9 +38,9 @@ std::vector<int64_t> signature(const ddp::GradBucket& b) {
 
 }  // namespace
 
-ddp::CommHook qsgd(QsgdOptions options) {
+CommHook qsgd(QsgdOptions options) {
   if (options.use_env) options = apply_env(std::move(options));
-  validate(options);
+  compress::validate(options);
   auto state = std::make_shared<HookState>();
   state->options = std::move(options);
   return [state](comm::ProcessGroup& group, const ddp::GradBucket& bucket) {
@@ -65,4 +70,4 @@ ddp::CommHook qsgd(QsgdOptions options) {
   };
 }
 
-}  // namespace lockstep::compress
+}  // namespace lockstep::ddp::hooks

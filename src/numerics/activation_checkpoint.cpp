@@ -1,4 +1,4 @@
-// Activation checkpointing; see include/lockstep/numerics/checkpoint.h and docs/memory.md.
+// Activation checkpointing; see include/lockstep/numerics/activation_checkpoint.h and docs/memory.md.
 //
 // One custom autograd Function per checkpoint. Its inputs are the data inputs AND the
 // block's parameters, so in the outer backward the parameters' gradients leave this node
@@ -9,14 +9,14 @@
 // accumulators would fire the hooks inside a nested graph task, where DDP's
 // end-of-backward callback would be queued on the wrong task).
 //
-// Draws that lockstep::dropout makes inside the function are recorded in forward and handed
-// back in the recomputation (checkpoint_draws.h); they travel from forward to backward as
+// Draws that lockstep::numerics::dropout makes inside the function are recorded in forward and handed
+// back in the recomputation (activation_checkpoint_draws.h); they travel from forward to backward as
 // saved variables after the inputs, so they are freed when backward is done with them.
-#include "checkpoint_draws.h"
+#include "activation_checkpoint_draws.h"
 
 #include <lockstep/error.h>
 #include <lockstep/numerics/autocast.h>
-#include <lockstep/numerics/checkpoint.h>
+#include <lockstep/numerics/activation_checkpoint.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
@@ -32,7 +32,7 @@
 #include <unordered_set>
 #include <utility>
 
-namespace lockstep {
+namespace lockstep::numerics {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -94,13 +94,13 @@ class RngFork {
 
 // What backward needs besides the saved inputs; held by the node (an IValue capsule).
 struct State : torch::CustomClassHolder {
-  CheckpointFn fn;
+  ActivationCheckpointFn fn;
   size_t num_inputs = 0;
   size_t num_kept = 0;             // kept draws, saved after the inputs (value, rng state)
-  bool keep_draws = true;          // CheckpointOptions::keep_dropout_masks
+  bool keep_draws = true;          // ActivationCheckpointOptions::keep_dropout_masks
   std::vector<at::Tensor> params;  // those that require grad
   RngState rng;
-  amp::AutocastState autocast;
+  numerics::AutocastState autocast;
 };
 
 // Every leaf the recomputed graph reaches must be an input or a declared parameter: the
@@ -124,7 +124,7 @@ void check_leaves_declared(const variable_list& outputs, const variable_list& in
       const auto& v = acc->variable;
       if (v.requires_grad() && declared.count(v.unsafeGetTensorImpl()) == 0)
         throw InvalidArgument(detail::concat(
-            "lockstep::checkpoint: the checkpointed function uses a tensor of shape ", v.sizes(),
+            "lockstep::numerics::activation_checkpoint: the checkpointed function uses a tensor of shape ", v.sizes(),
             " ", v.scalar_type(),
             " that requires grad but is neither an input nor in `params`; its gradient "
             "would be lost: pass it in `params` (for a module: all of module->parameters())"));
@@ -136,14 +136,14 @@ void check_leaves_declared(const variable_list& outputs, const variable_list& in
 }
 
 // Runs fn in forward (grad mode is off there: Function::apply), recording its kept draws.
-variable_list run_recording(const State& st, const variable_list& inputs, detail::KeptDraws& kept) {
-  std::optional<detail::DrawFrame> frame;
-  if (st.keep_draws) frame.emplace(kept, detail::DrawFrame::Mode::Record);
+variable_list run_recording(const State& st, const variable_list& inputs, draws::KeptDraws& kept) {
+  std::optional<draws::DrawFrame> frame;
+  if (st.keep_draws) frame.emplace(kept, draws::DrawFrame::Mode::Record);
   return st.fn(inputs);
 }
 
 // The saved variables: the inputs, then each kept draw's value and RNG state.
-variable_list saved_variables(const variable_list& inputs, const detail::KeptDraws& kept) {
+variable_list saved_variables(const variable_list& inputs, const draws::KeptDraws& kept) {
   variable_list out = inputs;
   for (const auto& d : kept.draws) {
     out.push_back(d.value);
@@ -160,14 +160,14 @@ variable_list recompute(const State& st, const variable_list& saved, variable_li
     if (saved[i].requires_grad()) d.requires_grad_(true);
     leaves.push_back(d);
   }
-  detail::KeptDraws kept;
+  draws::KeptDraws kept;
   for (size_t k = 0; k < st.num_kept; ++k)
     kept.draws.push_back({saved[st.num_inputs + 2 * k], saved[st.num_inputs + 2 * k + 1]});
   RngFork fork(st.rng);
-  amp::Autocast autocast(st.autocast);
+  numerics::Autocast autocast(st.autocast);
   torch::AutoGradMode grad_on(true);
-  std::optional<detail::DrawFrame> frame;
-  if (st.keep_draws) frame.emplace(kept, detail::DrawFrame::Mode::Replay);
+  std::optional<draws::DrawFrame> frame;
+  if (st.keep_draws) frame.emplace(kept, draws::DrawFrame::Mode::Replay);
   return st.fn(leaves);
 }
 
@@ -177,19 +177,19 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
                                const c10::intrusive_ptr<State>& st) {
     const variable_list inputs(all.begin(), all.begin() + static_cast<int64_t>(st->num_inputs));
     st->rng = capture_rng();
-    st->autocast = amp::current_state();
+    st->autocast = numerics::current_state();
     std::vector<int64_t> versions;
     for (const auto& x : inputs) versions.push_back(x._version());
-    detail::KeptDraws kept;
+    draws::KeptDraws kept;
     variable_list outputs = run_recording(*st, inputs, kept);
     for (size_t i = 0; i < inputs.size(); ++i)
       if (inputs[i]._version() != versions[i])
         throw InvalidArgument(
-            detail::concat("lockstep::checkpoint: the checkpointed function modified its input ", i,
+            detail::concat("lockstep::numerics::activation_checkpoint: the checkpointed function modified its input ", i,
                            " in place; the recomputation in backward would see the modified value: "
                            "clone the input inside the function before modifying it"));
     for (size_t i = 0; i < outputs.size(); ++i)
-      LOCKSTEP_CHECK(outputs[i].defined(), "lockstep::checkpoint: output ", i,
+      LOCKSTEP_CHECK(outputs[i].defined(), "lockstep::numerics::activation_checkpoint: output ", i,
                      " of the checkpointed function is undefined; return defined tensors only");
     // Version-checked again when backward unpacks them.
     ctx->save_for_backward(saved_variables(inputs, kept));
@@ -202,7 +202,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     if (at::GradMode::is_enabled())
       throw InvalidArgument(
-          "lockstep::checkpoint: backward with create_graph=true (double backward) is not "
+          "lockstep::numerics::activation_checkpoint: backward with create_graph=true (double backward) is not "
           "supported through a checkpoint; run this model without checkpointing");
     const auto st = c10::static_intrusive_pointer_cast<State>(ctx->saved_data["state"].toCapsule());
     const variable_list saved = ctx->get_saved_variables();
@@ -240,14 +240,14 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 
 }  // namespace
 
-std::vector<torch::Tensor> checkpoint(const CheckpointFn& fn,
+std::vector<torch::Tensor> activation_checkpoint(const ActivationCheckpointFn& fn,
                                       const std::vector<torch::Tensor>& inputs,
                                       const std::vector<torch::Tensor>& params,
-                                      const CheckpointOptions& options) {
-  LOCKSTEP_CHECK(static_cast<bool>(fn), "lockstep::checkpoint: empty function");
+                                      const ActivationCheckpointOptions& options) {
+  LOCKSTEP_CHECK(static_cast<bool>(fn), "lockstep::numerics::activation_checkpoint: empty function");
   bool needs_grad = false;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    LOCKSTEP_CHECK(inputs[i].defined(), "lockstep::checkpoint: input ", i,
+    LOCKSTEP_CHECK(inputs[i].defined(), "lockstep::numerics::activation_checkpoint: input ", i,
                    " is undefined; pass defined tensors only");
     needs_grad = needs_grad || inputs[i].requires_grad();
   }
@@ -265,11 +265,11 @@ std::vector<torch::Tensor> checkpoint(const CheckpointFn& fn,
   return CheckpointFunction::apply(at::TensorList(all), st);
 }
 
-torch::Tensor checkpoint(const std::function<torch::Tensor(const torch::Tensor&)>& fn,
+torch::Tensor activation_checkpoint(const std::function<torch::Tensor(const torch::Tensor&)>& fn,
                          const torch::Tensor& input, const std::vector<torch::Tensor>& params,
-                         const CheckpointOptions& options) {
-  LOCKSTEP_CHECK(static_cast<bool>(fn), "lockstep::checkpoint: empty function");
-  auto out = checkpoint(
+                         const ActivationCheckpointOptions& options) {
+  LOCKSTEP_CHECK(static_cast<bool>(fn), "lockstep::numerics::activation_checkpoint: empty function");
+  auto out = activation_checkpoint(
       [fn](const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{fn(in[0])}; },
       std::vector<torch::Tensor>{input}, params, options);
   return out[0];
@@ -277,9 +277,9 @@ torch::Tensor checkpoint(const std::function<torch::Tensor(const torch::Tensor&)
 
 // --- the module wrapper ------------------------------------------------------------------
 
-CheckpointedImpl::CheckpointedImpl(torch::nn::AnyModule inner, CheckpointOptions options)
-    : torch::nn::Module("lockstep::Checkpointed"), any_(std::move(inner)), options_(options) {
-  LOCKSTEP_CHECK(!any_.is_empty(), "lockstep::checkpoint_wrapper: empty module");
+CheckpointedImpl::CheckpointedImpl(torch::nn::AnyModule inner, ActivationCheckpointOptions options)
+    : torch::nn::Module("lockstep::numerics::Checkpointed"), any_(std::move(inner)), options_(options) {
+  LOCKSTEP_CHECK(!any_.is_empty(), "lockstep::numerics::checkpoint_wrapper: empty module");
   inner_ = any_.ptr();
   // The inner module's own members under their own names: the wrapper adds no name level,
   // so checkpoints load with and without it.
@@ -293,14 +293,14 @@ CheckpointedImpl::CheckpointedImpl(torch::nn::AnyModule inner, CheckpointOptions
 torch::Tensor CheckpointedImpl::forward(const torch::Tensor& x) {
   if (!enabled_) return any_.forward(x);
   torch::nn::AnyModule layer = any_;  // shares the module; keeps it alive until backward
-  return checkpoint([layer](const torch::Tensor& in) mutable { return layer.forward(in); }, x,
+  return activation_checkpoint([layer](const torch::Tensor& in) mutable { return layer.forward(in); }, x,
                     parameters(/*recurse=*/true), options_);
 }
 
 void CheckpointedImpl::pretty_print(std::ostream& stream) const {
-  stream << "lockstep::Checkpointed(";
+  stream << "lockstep::numerics::Checkpointed(";
   inner_->pretty_print(stream);
   stream << ")";
 }
 
-}  // namespace lockstep
+}  // namespace lockstep::numerics

@@ -1,4 +1,4 @@
-// lockstep/parallel/hooks/powersgd_hook.h: PowerSGD (low-rank gradients with error
+// lockstep/parallel/ddp/hooks/powersgd_hook.h: PowerSGD (low-rank gradients with error
 // feedback) as a DDP communication hook; the semantics of PyTorch's `powerSGD_hook`
 // (torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook, not the batched variant).
 //
@@ -104,7 +104,7 @@ class PowerSgdState {
   std::shared_ptr<const Bucket> bucket(int64_t index) const;
 
  private:
-  friend struct PowerSgdAccess;  // the hook (src/parallel/hooks/powersgd_hook.cpp)
+  friend struct PowerSgdAccess;  // the hook (src/parallel/ddp/hooks/powersgd_hook.cpp)
   const PowerSgdOptions options_;
   mutable std::mutex mu_;
   int64_t iter_ = 0;

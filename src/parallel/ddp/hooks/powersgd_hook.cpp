@@ -1,5 +1,5 @@
-// The PowerSGD DDP communication hook; see include/lockstep/parallel/hooks/powersgd_hook.h.
-#include <lockstep/parallel/hooks/powersgd_hook.h>
+// The PowerSGD DDP communication hook; see include/lockstep/parallel/ddp/hooks/powersgd_hook.h.
+#include <lockstep/parallel/ddp/hooks/powersgd_hook.h>
 
 #include "powersgd_linalg.h"
 

@@ -1,4 +1,4 @@
-// lockstep/launch/line_buffer.h: splitting a rank's byte stream into whole lines.
+// src/launch/line_buffer.h: splitting a rank's byte stream into whole lines.
 //
 // Ranks write arbitrary chunks; the launcher must print whole prefixed lines so output of
 // different ranks never interleaves mid-line. Not thread-safe (one poll loop owns it).
