@@ -17,7 +17,7 @@ export CCACHE_BASEDIR := $(CURDIR)
 SAN_TARGETS := unit_launch unit_comm unit_data unit_ddp unit_compress unit_numerics lockstep-run \
                collectives_check ddp_equivalence compress_check fsdp_equivalence grad_scaler_check \
                activation_checkpoint_check diloco_check
-SAN_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics)\.|(collectives|compress|ddp_equivalence|fsdp_equivalence|mismatch_detected|grad_scaler|activation_checkpoint|diloco)_(shm|gloo)_)
+SAN_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics)$$|(collectives|compress|ddp_equivalence|fsdp_equivalence|mismatch_detected|grad_scaler|activation_checkpoint|diloco)_(shm|gloo)_)
 SAN_FLAGS   := -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOCKSTEP_BUILD_BENCH=OFF -DLOCKSTEP_WITH_MPI=OFF
 export ASAN_OPTIONS  ?= detect_leaks=0:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
@@ -36,9 +36,9 @@ TORCH2_TARGETS := unit_launch unit_comm unit_data unit_ddp unit_compress unit_nu
                   unit_cuda unit_cuda_stream \
                   lockstep-run collectives_check ddp_equivalence fsdp_equivalence powersgd_check diloco_check \
                   lockstep_models lockstep_train lockstep-train ctsm_score_exported
-TORCH2_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics|cuda|cuda_stream)\.|(collectives|ddp_equivalence|fsdp_equivalence|powersgd|diloco)_(shm|gloo)_np2|mismatch_detected_(shm|gloo)|packaging_(install|consumer_cmake)|tensorboard_reader|train_(resume|async_ckpt|diloco)$$|powersgd_torch_(reference|shm|gloo))
+TORCH2_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics|cuda|cuda_stream)$$|(collectives|ddp_equivalence|fsdp_equivalence|powersgd|diloco)_(shm|gloo)_np2|mismatch_detected_(shm|gloo)|packaging_(install|consumer_cmake)|tensorboard_reader|train_(resume|async_ckpt|diloco)$$|powersgd_torch_(reference|shm|gloo))
 
-.PHONY: all deps deps-bench deps-torch2 configure build test test-hosts test-asan test-tsan test-nompi \
+.PHONY: all deps deps-bench deps-torch2 configure build test test-slow test-hosts test-asan test-tsan test-nompi \
         test-torch2 test-python package lint format demo demo-fashion-mnist bench clean
 
 all: build
@@ -59,10 +59,17 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)
 
-# The suite: unit, layer check, multi-process (every backend, 1-4 ranks), fault and packaging
-# tests. The multi-host tests (network namespaces, ~2.5 min) are `make test-hosts`; CI runs both.
+# The suite, in parts (tests/CMakeLists.txt): `make test` runs the unit tests, the layer check
+# and every feature on 1-2 ranks (every backend), two tests at a time; `make test-slow` the
+# label `slow`: 3-4 ranks, the fault tests, the packaging builds, the longer trainer runs; the
+# multi-host tests (network namespaces, a real Slurm) are `make test-hosts`. CI runs all three.
 test: build
-	cd $(BUILD) && ctest --output-on-failure --timeout 600 -LE '^multihost$$' $(CTEST_FLAGS)
+	cd $(BUILD) && ctest --output-on-failure --timeout 600 -j$(JOBS) \
+	  -LE '^(multihost|unit_case|slow)$$' $(CTEST_FLAGS)
+
+test-slow: build
+	cd $(BUILD) && ctest --output-on-failure --timeout 600 -L '^slow$$' -LE '^multihost$$' \
+	  $(CTEST_FLAGS)
 
 test-hosts: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600 -L '^multihost$$' $(CTEST_FLAGS)
@@ -85,7 +92,7 @@ test-nompi: deps
 	  -DLOCKSTEP_CODEC_SIMD=OFF -DLOCKSTEP_BUILD_BENCH=OFF $(WERROR_FLAG)
 	cmake --build build-nompi -j$(JOBS) --target unit_comm unit_compress lockstep-run collectives_check
 	cd build-nompi && ctest --output-on-failure \
-	  -R '^(unit_(comm|compress)\.|collectives_(shm|gloo)_np2|no_mpi_)' $(CTEST_FLAGS)
+	  -R '^(unit_(comm|compress)$$|collectives_(shm|gloo)_np2|no_mpi_)' $(CTEST_FLAGS)
 
 test-torch2: deps deps-torch2
 	cmake -S . -B build-torch2 -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_BUILD_BENCH=OFF \

@@ -10,7 +10,7 @@ add_executable(unit_train ${TRAIN_UNIT_TESTS})
 target_link_libraries(unit_train PRIVATE lockstep_train lockstep_launch ZLIB::ZLIB GTest::gtest_main)
 target_include_directories(unit_train PRIVATE ${PROJECT_SOURCE_DIR}/src)
 lockstep_unity_torch_first(unit_train)
-gtest_discover_tests(unit_train TEST_PREFIX "unit_train." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 120)
+lockstep_register_gtest(unit_train)
 
 # The CTSM workload's own unit tests (model, event-log format, metrics, config).
 file(GLOB CTSM_UNIT_TESTS CONFIGURE_DEPENDS
@@ -21,7 +21,7 @@ target_link_libraries(unit_ctsm PRIVATE lockstep_ctsm GTest::gtest_main)
 lockstep_unity_torch_first(unit_ctsm)
 # test_ctsm_config.cpp loads the shipped configs/ctsm-*.toml.
 target_compile_definitions(unit_ctsm PRIVATE LOCKSTEP_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
-gtest_discover_tests(unit_ctsm TEST_PREFIX "unit_ctsm." DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 120)
+lockstep_register_gtest(unit_ctsm)
 
 # Reloads an exported model and scores the backtest period with it (used by train_e2e).
 add_executable(ctsm_score_exported ${PROJECT_SOURCE_DIR}/tests/train/score_exported.cpp)
