@@ -9,8 +9,8 @@
 // The model is a transformer-like stack of the CTSM shape at long histories (max_len 512,
 // 8 layers; causal self-attention with dropout on the attention weights and both residual
 // branches + feed-forward, pre-norm, residuals) fed with random embeddings, trained with
-// AdamW. Its layers run through lockstep::numerics::run_residual_layer with the variant's plan and use
-// lockstep::numerics::Dropout. Each variant's memory is measured in a fresh process (this program with
+// AdamW. Its layers run through numerics::run_residual_layer with the variant's plan and use
+// numerics::Dropout. Each variant's memory is measured in a fresh process (this program with
 // --worker memory) so that its peak RSS is its own; tensor bytes come from the counting CPU
 // allocator of bench/fsdp_memory.h. The step times of all variants come from one process
 // (--worker time) whose steps go round the variants, so that a change in the machine's load
@@ -246,8 +246,8 @@ bool run_worker(const Options& o, const std::string& mode, size_t variant,
 std::string describe(const std::string& spec) {
   const CheckpointPolicy p = parse_variant(spec);
   if (!p.enabled) return "plain";
-  return std::string(numerics::checkpoint_blocks_name(p.blocks)) + ", every " + std::to_string(p.every) +
-         (p.keep_dropout_masks ? "" : ", masks redrawn");
+  return std::string(numerics::checkpoint_blocks_name(p.blocks)) + ", every " +
+         std::to_string(p.every) + (p.keep_dropout_masks ? "" : ", masks redrawn");
 }
 
 // The table of every variant against plain (row 0) and the settings that meet the targets.

@@ -12,6 +12,6 @@
 #include <lockstep/error.h>
 #include <lockstep/models/models.h>
 #include <lockstep/parallel/ddp/ddp.h>
-#include <lockstep/parallel/fsdp/fsdp.h>
 #include <lockstep/parallel/ddp/hooks/powersgd_hook.h>
 #include <lockstep/parallel/ddp/hooks/qsgd_hook.h>
+#include <lockstep/parallel/fsdp/fsdp.h>

@@ -1,5 +1,5 @@
 // Describing how a rank ended, in the words a user searching logs expects.
-#include "launch/exit_status.h"
+#include "exit_status.h"
 
 #include <sys/wait.h>
 

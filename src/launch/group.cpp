@@ -11,9 +11,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "exit_status.h"
 #include "lockstep/env_contract.h"
 #include "lockstep/launch/error_file.h"
-#include "launch/exit_status.h"
 #include "spawn.h"
 
 namespace lockstep::launch {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "launch/line_buffer.h"
+#include "line_buffer.h"
 #include "lockstep/launch/options.h"
 #include "lockstep/launch/rank_env.h"
 #include "signal_pipe.h"

@@ -1,5 +1,5 @@
 // Line splitting for rank output.
-#include "launch/line_buffer.h"
+#include "line_buffer.h"
 
 namespace lockstep::launch {
 

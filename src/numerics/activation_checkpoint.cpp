@@ -1,4 +1,5 @@
-// Activation checkpointing; see include/lockstep/numerics/activation_checkpoint.h and docs/memory.md.
+// Activation checkpointing; see include/lockstep/numerics/activation_checkpoint.h and
+// docs/memory.md.
 //
 // One custom autograd Function per checkpoint. Its inputs are the data inputs AND the
 // block's parameters, so in the outer backward the parameters' gradients leave this node
@@ -9,14 +10,14 @@
 // accumulators would fire the hooks inside a nested graph task, where DDP's
 // end-of-backward callback would be queued on the wrong task).
 //
-// Draws that lockstep::numerics::dropout makes inside the function are recorded in forward and handed
-// back in the recomputation (activation_checkpoint_draws.h); they travel from forward to backward as
-// saved variables after the inputs, so they are freed when backward is done with them.
+// Draws that lockstep::numerics::dropout makes inside the function are recorded in forward and
+// handed back in the recomputation (activation_checkpoint_draws.h); they travel from forward to
+// backward as saved variables after the inputs, so they are freed when backward is done with them.
 #include "activation_checkpoint_draws.h"
 
 #include <lockstep/error.h>
-#include <lockstep/numerics/autocast.h>
 #include <lockstep/numerics/activation_checkpoint.h>
+#include <lockstep/numerics/autocast.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
@@ -124,8 +125,9 @@ void check_leaves_declared(const variable_list& outputs, const variable_list& in
       const auto& v = acc->variable;
       if (v.requires_grad() && declared.count(v.unsafeGetTensorImpl()) == 0)
         throw InvalidArgument(detail::concat(
-            "lockstep::numerics::activation_checkpoint: the checkpointed function uses a tensor of shape ", v.sizes(),
-            " ", v.scalar_type(),
+            "lockstep::numerics::activation_checkpoint: the checkpointed function uses a tensor of "
+            "shape ",
+            v.sizes(), " ", v.scalar_type(),
             " that requires grad but is neither an input nor in `params`; its gradient "
             "would be lost: pass it in `params` (for a module: all of module->parameters())"));
       continue;
@@ -185,7 +187,9 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     for (size_t i = 0; i < inputs.size(); ++i)
       if (inputs[i]._version() != versions[i])
         throw InvalidArgument(
-            detail::concat("lockstep::numerics::activation_checkpoint: the checkpointed function modified its input ", i,
+            detail::concat("lockstep::numerics::activation_checkpoint: the checkpointed function "
+                           "modified its input ",
+                           i,
                            " in place; the recomputation in backward would see the modified value: "
                            "clone the input inside the function before modifying it"));
     for (size_t i = 0; i < outputs.size(); ++i)
@@ -202,7 +206,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     if (at::GradMode::is_enabled())
       throw InvalidArgument(
-          "lockstep::numerics::activation_checkpoint: backward with create_graph=true (double backward) is not "
+          "lockstep::numerics::activation_checkpoint: backward with create_graph=true (double "
+          "backward) is not "
           "supported through a checkpoint; run this model without checkpointing");
     const auto st = c10::static_intrusive_pointer_cast<State>(ctx->saved_data["state"].toCapsule());
     const variable_list saved = ctx->get_saved_variables();
@@ -241,10 +246,11 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 }  // namespace
 
 std::vector<torch::Tensor> activation_checkpoint(const ActivationCheckpointFn& fn,
-                                      const std::vector<torch::Tensor>& inputs,
-                                      const std::vector<torch::Tensor>& params,
-                                      const ActivationCheckpointOptions& options) {
-  LOCKSTEP_CHECK(static_cast<bool>(fn), "lockstep::numerics::activation_checkpoint: empty function");
+                                                 const std::vector<torch::Tensor>& inputs,
+                                                 const std::vector<torch::Tensor>& params,
+                                                 const ActivationCheckpointOptions& options) {
+  LOCKSTEP_CHECK(static_cast<bool>(fn),
+                 "lockstep::numerics::activation_checkpoint: empty function");
   bool needs_grad = false;
   for (size_t i = 0; i < inputs.size(); ++i) {
     LOCKSTEP_CHECK(inputs[i].defined(), "lockstep::numerics::activation_checkpoint: input ", i,
@@ -266,9 +272,11 @@ std::vector<torch::Tensor> activation_checkpoint(const ActivationCheckpointFn& f
 }
 
 torch::Tensor activation_checkpoint(const std::function<torch::Tensor(const torch::Tensor&)>& fn,
-                         const torch::Tensor& input, const std::vector<torch::Tensor>& params,
-                         const ActivationCheckpointOptions& options) {
-  LOCKSTEP_CHECK(static_cast<bool>(fn), "lockstep::numerics::activation_checkpoint: empty function");
+                                    const torch::Tensor& input,
+                                    const std::vector<torch::Tensor>& params,
+                                    const ActivationCheckpointOptions& options) {
+  LOCKSTEP_CHECK(static_cast<bool>(fn),
+                 "lockstep::numerics::activation_checkpoint: empty function");
   auto out = activation_checkpoint(
       [fn](const std::vector<torch::Tensor>& in) { return std::vector<torch::Tensor>{fn(in[0])}; },
       std::vector<torch::Tensor>{input}, params, options);
@@ -278,7 +286,9 @@ torch::Tensor activation_checkpoint(const std::function<torch::Tensor(const torc
 // --- the module wrapper ------------------------------------------------------------------
 
 CheckpointedImpl::CheckpointedImpl(torch::nn::AnyModule inner, ActivationCheckpointOptions options)
-    : torch::nn::Module("lockstep::numerics::Checkpointed"), any_(std::move(inner)), options_(options) {
+    : torch::nn::Module("lockstep::numerics::Checkpointed"),
+      any_(std::move(inner)),
+      options_(options) {
   LOCKSTEP_CHECK(!any_.is_empty(), "lockstep::numerics::checkpoint_wrapper: empty module");
   inner_ = any_.ptr();
   // The inner module's own members under their own names: the wrapper adds no name level,
@@ -293,8 +303,9 @@ CheckpointedImpl::CheckpointedImpl(torch::nn::AnyModule inner, ActivationCheckpo
 torch::Tensor CheckpointedImpl::forward(const torch::Tensor& x) {
   if (!enabled_) return any_.forward(x);
   torch::nn::AnyModule layer = any_;  // shares the module; keeps it alive until backward
-  return activation_checkpoint([layer](const torch::Tensor& in) mutable { return layer.forward(in); }, x,
-                    parameters(/*recurse=*/true), options_);
+  return activation_checkpoint(
+      [layer](const torch::Tensor& in) mutable { return layer.forward(in); }, x,
+      parameters(/*recurse=*/true), options_);
 }
 
 void CheckpointedImpl::pretty_print(std::ostream& stream) const {

@@ -37,17 +37,18 @@ void set_cpu_rng_state(const at::Tensor& state) {
 const KeptDraw& take(KeptDraws& kept, c10::IntArrayRef sizes) {
   if (kept.next >= kept.draws.size())
     throw InvalidArgument(detail::concat(
-        "lockstep::numerics::activation_checkpoint: the recomputation made more kept random draws (dropout) than the "
+        "lockstep::numerics::activation_checkpoint: the recomputation made more kept random draws "
+        "(dropout) than the "
         "forward (",
         kept.draws.size(),
         "); the checkpointed function must make the same dropout calls when run again"));
   const KeptDraw& d = kept.draws[kept.next];
   if (d.value.sizes() != sizes)
-    throw InvalidArgument(detail::concat("lockstep::numerics::activation_checkpoint: kept random draw ", kept.next,
-                                 " (dropout) has shape ", d.value.sizes(), " in the forward but ",
-                                 sizes,
-                                 " in the recomputation; the checkpointed function must make the "
-                                 "same dropout calls on the same shapes when run again"));
+    throw InvalidArgument(
+        detail::concat("lockstep::numerics::activation_checkpoint: kept random draw ", kept.next,
+                       " (dropout) has shape ", d.value.sizes(), " in the forward but ", sizes,
+                       " in the recomputation; the checkpointed function must make the "
+                       "same dropout calls on the same shapes when run again"));
   ++kept.next;
   return d;
 }

@@ -1,5 +1,5 @@
-// src/numerics/activation_checkpoint_draws.h (internal): the random draws a checkpoint keeps from its
-// forward for its recomputation, shared by checkpoint.cpp (which opens the frames) and
+// src/numerics/activation_checkpoint_draws.h (internal): the random draws a checkpoint keeps from
+// its forward for its recomputation, shared by checkpoint.cpp (which opens the frames) and
 // dropout.cpp (which draws). See docs/memory.md, "Selective checkpointing".
 //
 // A checkpoint's forward opens a recording frame: every draw made through kept_draw() on

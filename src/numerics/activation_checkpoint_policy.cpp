@@ -9,7 +9,8 @@ namespace lockstep::numerics {
 LayerCheckpointing CheckpointPolicy::for_layer(int64_t index) const {
   LOCKSTEP_CHECK(every >= 1, "lockstep::numerics::CheckpointPolicy: every = ", every,
                  " must be >= 1 (1 checkpoints every layer)");
-  LOCKSTEP_CHECK(index >= 0, "lockstep::numerics::CheckpointPolicy: layer index ", index, " is negative");
+  LOCKSTEP_CHECK(index >= 0, "lockstep::numerics::CheckpointPolicy: layer index ", index,
+                 " is negative");
   LayerCheckpointing plan;
   plan.keep_dropout_masks = keep_dropout_masks;
   if (!enabled || index % every != 0) return plan;
@@ -24,8 +25,9 @@ namespace {
 using TensorVec = std::vector<torch::Tensor>;
 
 // The attention residual block, h + attention(h, extra), checkpointed when asked.
-torch::Tensor attention_block(const ResidualLayer& layer, bool ckpt, const ActivationCheckpointOptions& o,
-                              const torch::Tensor& h, const TensorVec& extra) {
+torch::Tensor attention_block(const ResidualLayer& layer, bool ckpt,
+                              const ActivationCheckpointOptions& o, const torch::Tensor& h,
+                              const TensorVec& extra) {
   if (!ckpt) return h + layer.attention(h, extra);
   TensorVec in{h};
   in.insert(in.end(), extra.begin(), extra.end());
@@ -48,8 +50,9 @@ torch::Tensor mlp_block(const ResidualLayer& layer, bool ckpt, const ActivationC
 
 torch::Tensor run_residual_layer(const LayerCheckpointing& plan, const ResidualLayer& layer,
                                  const torch::Tensor& h, const std::vector<torch::Tensor>& extra) {
-  LOCKSTEP_CHECK(layer.attention && layer.mlp,
-                 "lockstep::numerics::run_residual_layer: the attention and mlp functions must be set");
+  LOCKSTEP_CHECK(
+      layer.attention && layer.mlp,
+      "lockstep::numerics::run_residual_layer: the attention and mlp functions must be set");
   const ActivationCheckpointOptions o{plan.keep_dropout_masks};
   if (!plan.layer)
     return mlp_block(layer, plan.mlp, o, attention_block(layer, plan.attention, o, h, extra));

@@ -24,8 +24,9 @@ void require_adamw(bool ok, const Args&... message) {
 }
 
 void require_dtype(const char* option, c10::ScalarType t) {
-  require_adamw(is_float_dtype(t), "option ", option, " must be a floating dtype (float32, float64, ",
-          "bfloat16, float16), not ", c10::toString(t));
+  require_adamw(is_float_dtype(t), "option ", option,
+                " must be a floating dtype (float32, float64, ", "bfloat16, float16), not ",
+                c10::toString(t));
 }
 
 // dst += value * a * b, dst += value * a / b: the fused kernels when all dtypes agree (the
@@ -182,8 +183,8 @@ void AnyPrecisionAdamW::step_param(const Tensor& param, const AnyPrecisionAdamWO
                     param.scalar_type() == c10::kHalf ||
                     (o.use_kahan_summation() && o.compensation_buffer_dtype() == c10::kHalf);
   require_adamw(!half || !param.device().is_cpu(),
-          "float16 parameters or states need a CUDA device (libtorch's CPU kernels lack "
-          "float16); use bfloat16 on CPU");
+                "float16 parameters or states need a CUDA device (libtorch's CPU kernels lack "
+                "float16); use bfloat16 on CPU");
   Tensor p = param;  // shares storage: the in-place updates below write the parameter
   if (o.weight_decay() != 0) p.mul_(1 - o.lr() * o.weight_decay());
 

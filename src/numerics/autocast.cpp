@@ -22,17 +22,17 @@ void check_supported(const AutocastOptions& o) {
     const bool ok = o.dtype == ScalarType::BFloat16 ||
                     (o.dtype == ScalarType::Half && LOCKSTEP_TORCH_VERSION_AT_LEAST(2, 4));
     require_autocast(ok, "CPU autocast supports bfloat16",
-            LOCKSTEP_TORCH_VERSION_AT_LEAST(2, 4) ? " and float16" : "", " in this libtorch, not ",
-            c10::toString(o.dtype));
+                     LOCKSTEP_TORCH_VERSION_AT_LEAST(2, 4) ? " and float16" : "",
+                     " in this libtorch, not ", c10::toString(o.dtype));
     return;
   }
   require_autocast(o.device == DeviceType::CUDA, "autocast device must be CPU or CUDA, not ",
-          c10::DeviceTypeName(o.device));
+                   c10::DeviceTypeName(o.device));
   require_autocast(torch::cuda::is_available(),
-          "CUDA autocast needs a CUDA build of libtorch and a GPU; use the CPU "
-          "(bfloat16) instead");
+                   "CUDA autocast needs a CUDA build of libtorch and a GPU; use the CPU "
+                   "(bfloat16) instead");
   require_autocast(o.dtype == ScalarType::Half || o.dtype == ScalarType::BFloat16,
-          "CUDA autocast supports float16 and bfloat16, not ", c10::toString(o.dtype));
+                   "CUDA autocast supports float16 and bfloat16, not ", c10::toString(o.dtype));
 }
 
 }  // namespace

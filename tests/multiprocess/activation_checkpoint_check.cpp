@@ -1,11 +1,11 @@
 // Activation checkpointing under DDP and FSDP: a model whose blocks are checkpointed
-// (lockstep::numerics::checkpoint_wrapper, dropout inside) trains to the same parameters as the same
-// model without checkpointing, on every rank, for SGD with momentum and Adam in float64
-// and float32 (expected bit-identical: tolerance 0, max difference printed). The two
-// variants run side by side in this process from the same seeds, so dropout draws the same
-// masks in both. Under FSDP the checkpoint sits inside each unit (wrap_children over the
-// Sequential of checkpointed blocks); a checkpoint AROUND an FSDP unit is an error in
-// backward, checked last. Runs standalone under lockstep-run / mpirun.
+// (lockstep::numerics::checkpoint_wrapper, dropout inside) trains to the same parameters as the
+// same model without checkpointing, on every rank, for SGD with momentum and Adam in float64 and
+// float32 (expected bit-identical: tolerance 0, max difference printed). The two variants run side
+// by side in this process from the same seeds, so dropout draws the same masks in both. Under FSDP
+// the checkpoint sits inside each unit (wrap_children over the Sequential of checkpointed blocks);
+// a checkpoint AROUND an FSDP unit is an error in backward, checked last. Runs standalone under
+// lockstep-run / mpirun.
 #include <lockstep/lockstep.h>
 #include <lockstep/numerics/activation_checkpoint.h>
 #include <lockstep/parallel/ddp/ddp.h>
@@ -167,8 +167,8 @@ void checkpoint_around_unit_is_an_error(const std::shared_ptr<lockstep::ProcessG
   struct Outer : torch::nn::Module {
     Outer() { unit = register_module("unit", fsdp::wrap(Block())); }
     torch::Tensor forward(const torch::Tensor& x) {
-      return lockstep::numerics::activation_checkpoint([this](const torch::Tensor& in) { return unit(in); }, x,
-                                  parameters());
+      return lockstep::numerics::activation_checkpoint(
+          [this](const torch::Tensor& in) { return unit(in); }, x, parameters());
     }
     fsdp::Wrapped<BlockImpl> unit{nullptr};
   };

@@ -26,7 +26,8 @@ ClientHistory history() {
 }
 
 // Loss, then every parameter's gradient, after one training step's backward.
-std::vector<torch::Tensor> run(const lockstep::numerics::CheckpointPolicy& policy, torch::Dtype dtype) {
+std::vector<torch::Tensor> run(const lockstep::numerics::CheckpointPolicy& policy,
+                               torch::Dtype dtype) {
   torch::manual_seed(0);
   CtsmOptions o;
   o.num_items = 20;
@@ -63,7 +64,8 @@ double max_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Te
 TEST(CtsmCheckpoint, EveryPolicyGivesThePlainGradients) {
   for (auto dtype : {torch::kFloat, torch::kDouble}) {
     const auto plain = run(lockstep::numerics::CheckpointPolicy{}, dtype);
-    for (auto blocks : {lockstep::numerics::CheckpointBlocks::Layer, lockstep::numerics::CheckpointBlocks::Attention,
+    for (auto blocks : {lockstep::numerics::CheckpointBlocks::Layer,
+                        lockstep::numerics::CheckpointBlocks::Attention,
                         lockstep::numerics::CheckpointBlocks::Mlp})
       for (int64_t every : {1, 2})
         for (bool keep : {true, false}) {
@@ -75,8 +77,8 @@ TEST(CtsmCheckpoint, EveryPolicyGivesThePlainGradients) {
           const double d = max_diff(run(p, dtype), plain);
           std::printf("%s, %s every %lld, masks %s: max |checkpointed - plain| = %.3g\n",
                       dtype == torch::kFloat ? "float32" : "float64",
-                      lockstep::numerics::checkpoint_blocks_name(blocks), static_cast<long long>(every),
-                      keep ? "kept" : "redrawn", d);
+                      lockstep::numerics::checkpoint_blocks_name(blocks),
+                      static_cast<long long>(every), keep ? "kept" : "redrawn", d);
           EXPECT_EQ(d, 0.0);
         }
   }

@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "launch/exit_status.h"
-#include "lockstep/launch/launcher.h"
 #include "launch/line_buffer.h"
+#include "lockstep/launch/launcher.h"
 #include "lockstep/launch/options.h"
 #include "lockstep/launch/rank_env.h"
 

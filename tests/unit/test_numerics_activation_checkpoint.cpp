@@ -1,16 +1,16 @@
-// lockstep::numerics::activation_checkpoint and lockstep::numerics::Checkpointed: the same outputs and gradients as a plain
-// forward/backward (bit for bit in float32 and under bf16 autocast on the CPU, dropout
-// included), the parameters' accumulator hooks firing once, the RNG stream untouched by
-// the recomputation, activations not kept, and the errors of the contract.
+// lockstep::numerics::activation_checkpoint and lockstep::numerics::Checkpointed: the same outputs
+// and gradients as a plain forward/backward (bit for bit in float32 and under bf16 autocast on the
+// CPU, dropout included), the parameters' accumulator hooks firing once, the RNG stream untouched
+// by the recomputation, activations not kept, and the errors of the contract.
 #include <lockstep/compat.h>
 #include <lockstep/error.h>
-#include <lockstep/numerics/autocast.h>
 #include <lockstep/numerics/activation_checkpoint.h>
+#include <lockstep/numerics/autocast.h>
 
 #include <gtest/gtest.h>
 
-#include "tensor_diff.h"
 #include <torch/torch.h>
+#include "tensor_diff.h"
 
 #include <cstdio>
 #include <map>
@@ -71,9 +71,9 @@ BlockRun run_block(Mlp block, const torch::Tensor& x, bool ckpt, bool autocast) 
   {
     c10::optional<lockstep::numerics::Autocast> ac;
     if (autocast) ac.emplace();
-    r.out = ckpt
-                ? activation_checkpoint([&](const torch::Tensor& in) { return block->forward(in); }, x, params)
-                : block->forward(x);
+    r.out = ckpt ? activation_checkpoint(
+                       [&](const torch::Tensor& in) { return block->forward(in); }, x, params)
+                 : block->forward(x);
   }
   r.out.pow(2).sum().backward();
   params.push_back(x);
@@ -151,7 +151,7 @@ TEST(Checkpoint, NestedCheckpoints) {
   for (const auto& p : inner2->parameters()) params.push_back(p);
   auto two_blocks = [&](const torch::Tensor& in) {
     auto h = activation_checkpoint([&](const torch::Tensor& t) { return inner1->forward(t); }, in,
-                        inner1->parameters());
+                                   inner1->parameters());
     return inner2->forward(torch::relu(h));
   };
   torch::manual_seed(7);
@@ -206,7 +206,7 @@ TEST(Checkpoint, AccumulatorHooksFireOncePerParameterPerBackward) {
     auto y = activation_checkpoint(
         [&](const torch::Tensor& in) {
           auto h = activation_checkpoint([&](const torch::Tensor& t) { return block->fc1(t); }, in,
-                              block->fc1->parameters());
+                                         block->fc1->parameters());
           return block->fc2(torch::relu(h));
         },
         x, params);
@@ -222,7 +222,8 @@ TEST(Checkpoint, AccumulatorHooksFireOncePerParameterPerBackward) {
 TEST(Checkpoint, UndeclaredLeafIsAnErrorNamingIt) {
   auto w = torch::randn({3, 7}).requires_grad_(true);
   auto x = torch::randn({2, 3}).requires_grad_(true);
-  auto y = activation_checkpoint([&](const torch::Tensor& in) { return in.matmul(w); }, x);  // w not declared
+  // w is not declared as a parameter:
+  auto y = activation_checkpoint([&](const torch::Tensor& in) { return in.matmul(w); }, x);
   try {
     y.sum().backward();
     ADD_FAILURE() << "expected InvalidArgument";
@@ -238,7 +239,7 @@ TEST(Checkpoint, RngStateAfterBackwardIsAsBefore) {
   Mlp block(16, 0.5);
   auto x = torch::randn({8, 16}).requires_grad_(true);
   auto y = activation_checkpoint([&](const torch::Tensor& in) { return block->forward(in); }, x,
-                      block->parameters());
+                                 block->parameters());
   const auto gen = at::detail::getDefaultCPUGenerator();
   const torch::Tensor before = gen.get_state();
   y.sum().backward();
@@ -274,14 +275,16 @@ TEST(Checkpoint, ActivationsAreNotKeptUntilBackward) {
 TEST(Checkpoint, ModifyingTheInputInsideIsAnError) {
   auto w = torch::randn({4, 4}).requires_grad_(true);
   auto x = torch::randn({2, 4});
-  EXPECT_THROW(activation_checkpoint([&](const torch::Tensor& in) { return in.mul_(2).matmul(w); }, x, {w}),
-               lockstep::InvalidArgument);
+  EXPECT_THROW(
+      activation_checkpoint([&](const torch::Tensor& in) { return in.mul_(2).matmul(w); }, x, {w}),
+      lockstep::InvalidArgument);
 }
 
 TEST(Checkpoint, DoubleBackwardIsAnError) {
   auto w = torch::randn({4, 4}).requires_grad_(true);
   auto x = torch::randn({2, 4}).requires_grad_(true);
-  auto y = activation_checkpoint([&](const torch::Tensor& in) { return torch::tanh(in.matmul(w)); }, x, {w});
+  auto y = activation_checkpoint([&](const torch::Tensor& in) { return torch::tanh(in.matmul(w)); },
+                                 x, {w});
   EXPECT_THROW(torch::autograd::grad({y.sum()}, {x}, {}, true, /*create_graph=*/true),
                lockstep::InvalidArgument);
 }
@@ -289,8 +292,8 @@ TEST(Checkpoint, DoubleBackwardIsAnError) {
 TEST(Checkpoint, WithoutGradModeItIsAPlainCall) {
   auto w = torch::randn({4, 4}).requires_grad_(true);
   torch::NoGradGuard no_grad;
-  auto y =
-      activation_checkpoint([&](const torch::Tensor& in) { return in.matmul(w); }, torch::ones({1, 4}), {w});
+  auto y = activation_checkpoint([&](const torch::Tensor& in) { return in.matmul(w); },
+                                 torch::ones({1, 4}), {w});
   EXPECT_FALSE(y.requires_grad());
   EXPECT_TRUE(torch::equal(y, torch::ones({1, 4}).matmul(w)));
 }

@@ -1,19 +1,19 @@
-// Selective activation checkpointing (lockstep::numerics::CheckpointPolicy) and lockstep::numerics::dropout's
-// kept masks: a stack of transformer layers with dropout gives bit-identical outputs and
-// gradients with every policy (whole layers, attention or MLP sub-blocks, every k-th
-// layer, masks kept or drawn again) as without checkpointing, in float32, float64 and
+// Selective activation checkpointing (lockstep::numerics::CheckpointPolicy) and
+// lockstep::numerics::dropout's kept masks: a stack of transformer layers with dropout gives
+// bit-identical outputs and gradients with every policy (whole layers, attention or MLP sub-blocks,
+// every k-th layer, masks kept or drawn again) as without checkpointing, in float32, float64 and
 // under bf16 autocast; lockstep::numerics::dropout is torch::dropout outside a checkpoint; a
 // recomputation that does not repeat the forward's dropout calls is an error.
 #include <lockstep/error.h>
-#include <lockstep/numerics/autocast.h>
 #include <lockstep/numerics/activation_checkpoint.h>
 #include <lockstep/numerics/activation_checkpoint_policy.h>
+#include <lockstep/numerics/autocast.h>
 #include <lockstep/numerics/dropout.h>
 
 #include <gtest/gtest.h>
 
-#include "tensor_diff.h"
 #include <torch/torch.h>
+#include "tensor_diff.h"
 
 #include <cmath>
 #include <cstdio>
@@ -187,7 +187,9 @@ TEST(CheckpointPolicy, PlansEveryKthLayerAndTheChosenBlock) {
 
 TEST(CheckpointPolicy, BlockNamesRoundTripAndABadOneIsAnError) {
   for (auto b : {CheckpointBlocks::Layer, CheckpointBlocks::Attention, CheckpointBlocks::Mlp})
-    EXPECT_EQ(lockstep::numerics::parse_checkpoint_blocks(lockstep::numerics::checkpoint_blocks_name(b)), b);
+    EXPECT_EQ(
+        lockstep::numerics::parse_checkpoint_blocks(lockstep::numerics::checkpoint_blocks_name(b)),
+        b);
   try {
     lockstep::numerics::parse_checkpoint_blocks("attn");
     ADD_FAILURE() << "expected InvalidArgument";

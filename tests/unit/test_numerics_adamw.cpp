@@ -7,8 +7,8 @@
 
 #include <gtest/gtest.h>
 
-#include "tensor_diff.h"
 #include <torch/torch.h>
+#include "tensor_diff.h"
 
 #include <cstdio>
 #include <functional>
@@ -208,8 +208,8 @@ TEST(AnyPrecisionAdamW, MixedDtypesStepAndKeepTheirDtypes) {
     const double moved = 1.0 - p.detach().to(torch::kDouble).mean().item<double>();
     EXPECT_NEAR(moved, 0.03, 2e-3) << p.scalar_type();
   }
-  const auto& sa =
-      static_cast<const lockstep::numerics::AnyPrecisionAdamWParamState&>(*oa.state().begin()->second);
+  const auto& sa = static_cast<const lockstep::numerics::AnyPrecisionAdamWParamState&>(
+      *oa.state().begin()->second);
   EXPECT_EQ(sa.compensation().scalar_type(), torch::kFloat);
 }
 

@@ -58,8 +58,9 @@ TEST(TrainConfigMemory, SelectiveKeysAreSet) {
   EXPECT_EQ(m.checkpoint_every, 3);
   EXPECT_EQ(m.checkpoint_blocks, "attention");
   EXPECT_FALSE(m.keep_dropout_masks);
-  const MemoryConfig o = parse_memory("", {"memory.activation_checkpointing=true",
-                                    "memory.checkpoint_blocks=mlp", "memory.checkpoint_every=2"});
+  const MemoryConfig o =
+      parse_memory("", {"memory.activation_checkpointing=true", "memory.checkpoint_blocks=mlp",
+                        "memory.checkpoint_every=2"});
   EXPECT_EQ(o.checkpoint_blocks, "mlp");
   EXPECT_EQ(o.checkpoint_every, 2);
 }

@@ -8,8 +8,9 @@
 //       [&](const std::vector<torch::Tensor>& in) { return std::vector{block->forward(in[0])}; },
 //       {x}, block->parameters())[0];
 //
-//   torch::nn::Sequential net(lockstep::numerics::checkpoint_wrapper(Block()),
-//                             lockstep::numerics::checkpoint_wrapper(Block()));   // a module per layer
+//   using lockstep::numerics::checkpoint_wrapper;
+//   torch::nn::Sequential net(checkpoint_wrapper(Block()), checkpoint_wrapper(Block()));
+//   // a module per layer
 //
 // Contract (docs/memory.md):
 //  - `fn` must compute the same outputs when run again with the same inputs, RNG and
@@ -44,7 +45,8 @@
 
 namespace lockstep::numerics {
 
-using ActivationCheckpointFn = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
+using ActivationCheckpointFn =
+    std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
 
 struct ActivationCheckpointOptions {
   // Keep the masks that lockstep::numerics::dropout draws inside the function (1 byte per element,
@@ -58,14 +60,15 @@ struct ActivationCheckpointOptions {
 // Inputs and outputs must be defined tensors; outputs that are not floating point, or do
 // not depend on anything that requires grad, come back with requires_grad false.
 std::vector<torch::Tensor> activation_checkpoint(const ActivationCheckpointFn& fn,
-                                      const std::vector<torch::Tensor>& inputs,
-                                      const std::vector<torch::Tensor>& params = {},
-                                      const ActivationCheckpointOptions& options = {});
+                                                 const std::vector<torch::Tensor>& inputs,
+                                                 const std::vector<torch::Tensor>& params = {},
+                                                 const ActivationCheckpointOptions& options = {});
 
 // One tensor in, one out.
 torch::Tensor activation_checkpoint(const std::function<torch::Tensor(const torch::Tensor&)>& fn,
-                         const torch::Tensor& input, const std::vector<torch::Tensor>& params = {},
-                         const ActivationCheckpointOptions& options = {});
+                                    const torch::Tensor& input,
+                                    const std::vector<torch::Tensor>& params = {},
+                                    const ActivationCheckpointOptions& options = {});
 
 // A layer (tensor in, tensor out) whose forward is checkpointed, with the layer's own
 // parameters declared. Transparent, like fsdp::wrap: it registers the layer's parameters,
@@ -95,7 +98,8 @@ Checkpointed checkpoint_wrapper(const torch::nn::ModuleHolder<M>& layer,
   return Checkpointed(torch::nn::AnyModule(layer), options);
 }
 template <class M>
-Checkpointed checkpoint_wrapper(std::shared_ptr<M> layer, ActivationCheckpointOptions options = {}) {
+Checkpointed checkpoint_wrapper(std::shared_ptr<M> layer,
+                                ActivationCheckpointOptions options = {}) {
   return Checkpointed(torch::nn::AnyModule(std::move(layer)), options);
 }
 

@@ -1,10 +1,12 @@
-// lockstep/numerics/activation_checkpoint_policy.h: which parts of a stack of transformer layers run
-// under lockstep::numerics::activation_checkpoint (selective activation checkpointing; docs/memory.md).
+// lockstep/numerics/activation_checkpoint_policy.h: which parts of a stack of transformer layers
+// run under lockstep::numerics::activation_checkpoint (selective activation checkpointing;
+// docs/memory.md).
 //
-//   lockstep::numerics::CheckpointPolicy policy;          // off
+//   using namespace lockstep::numerics;
+//   CheckpointPolicy policy;                    // off
 //   policy.enabled = true;                      // every layer, whole: the most memory saved
 //   policy.every = 2;                           // layers 0, 2, 4, ...
-//   policy.blocks = lockstep::numerics::CheckpointBlocks::Attention;  // only their attention sub-block
+//   policy.blocks = CheckpointBlocks::Attention;  // only their attention sub-block
 //   for (int64_t i = 0; i < n; ++i) layers.push_back(Layer(..., policy.for_layer(i)));
 //
 // A layer asks for_layer(i) once and runs its two residual blocks through
@@ -48,7 +50,8 @@ struct LayerCheckpointing {
   bool layer = false;
   bool attention = false;
   bool mlp = false;
-  bool keep_dropout_masks = true;  // ActivationCheckpointOptions::keep_dropout_masks of its checkpoints
+  bool keep_dropout_masks =
+      true;  // ActivationCheckpointOptions::keep_dropout_masks of its checkpoints
   bool any() const { return layer || attention || mlp; }
 };
 
@@ -65,9 +68,9 @@ struct CheckpointPolicy {
 
 // The two residual branches of a pre-norm transformer layer, y = x + mlp(x) with
 // x = h + attention(h, extra), and the parameters each one reads (every tensor that
-// requires grad, as lockstep::numerics::activation_checkpoint's contract asks). `extra`: further inputs of the
-// attention branch (masks, a second stream), passed through the checkpoints as inputs.
-// The functions are copied into the checkpoints and called again in backward.
+// requires grad, as lockstep::numerics::activation_checkpoint's contract asks). `extra`: further
+// inputs of the attention branch (masks, a second stream), passed through the checkpoints as
+// inputs. The functions are copied into the checkpoints and called again in backward.
 struct ResidualLayer {
   std::function<torch::Tensor(const torch::Tensor& h, const std::vector<torch::Tensor>& extra)>
       attention;

@@ -130,8 +130,8 @@ class Workload {
   // A short name for the log ("model: NAME 12345 parameters").
   virtual std::string model_name() const = 0;
   // True when build_model() honours memory.activation_checkpointing (RunContext::config):
-  // its layers recompute their activations in backward (lockstep::numerics::activation_checkpoint, inside their
-  // FSDP units). The trainer refuses the key for a workload that does not.
+  // its layers recompute their activations in backward (lockstep::numerics::activation_checkpoint,
+  // inside their FSDP units). The trainer refuses the key for a workload that does not.
   virtual bool supports_activation_checkpointing() const { return false; }
 
   // ---- training

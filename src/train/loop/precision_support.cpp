@@ -40,7 +40,7 @@ std::optional<numerics::AutocastOptions> autocast_options(const PrecisionConfig&
 }
 
 std::unique_ptr<numerics::GradScaler> make_scaler(const PrecisionConfig& p,
-                                             std::shared_ptr<comm::ProcessGroup> group) {
+                                                  std::shared_ptr<comm::ProcessGroup> group) {
   if (p.loss_scaling != "dynamic") return nullptr;
   numerics::GradScalerOptions o;
   o.init_scale = p.init_scale;

@@ -28,6 +28,6 @@ std::optional<numerics::AutocastOptions> autocast_options(const PrecisionConfig&
 
 // precision.loss_scaling = "dynamic": a scaler over `group` (null for one process); else null.
 std::unique_ptr<numerics::GradScaler> make_scaler(const PrecisionConfig& p,
-                                             std::shared_ptr<comm::ProcessGroup> group);
+                                                  std::shared_ptr<comm::ProcessGroup> group);
 
 }  // namespace lockstep::train

@@ -36,8 +36,8 @@ torch::Tensor CtsmLayerImpl::forward(const torch::Tensor& h, const torch::Tensor
     for (auto* m : Modules{ln_ff_.get(), ff1_.get(), ff2_.get()})
       for (const auto& p : m->parameters()) layer.mlp_params.push_back(p);
   }
-  return lockstep::numerics::run_residual_layer(checkpoint_, layer, h,
-                                      {kv_outside ? h + outcome : outcome, allowed, age_days});
+  return lockstep::numerics::run_residual_layer(
+      checkpoint_, layer, h, {kv_outside ? h + outcome : outcome, allowed, age_days});
 }
 
 torch::Tensor CtsmLayerImpl::mlp_branch(const torch::Tensor& x) {

@@ -21,9 +21,9 @@
 
 #include <lockstep/parallel/ddp/core.h>
 #include <lockstep/parallel/ddp/grad_bucket.h>
+#include <lockstep/parallel/ddp/hooks/default_hooks.h>
 #include <lockstep/parallel/ddp/model_check.h>
 #include <lockstep/parallel/ddp/options.h>
-#include <lockstep/parallel/ddp/hooks/default_hooks.h>
 
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
