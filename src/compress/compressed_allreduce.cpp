@@ -255,11 +255,11 @@ AllreduceStats CompressedAllreduce::finish() {
     const std::string& bad_layer = layers_[size_t(bad_)].name;
     bad_ = -1;
     throw NonFiniteGradient(
-        bad_layer,
-        detail::concat("NaN or Inf in the gradient of layer '", bad_layer, "' (rank ", last_rank_,
-                       "/", world_, ", compressed allreduce call ", last_step_,
-                       "): refusing to spread it; check the loss "
-                       "scale or learning rate of that layer"));
+        bad_layer, lockstep::detail::concat("NaN or Inf in the gradient of layer '", bad_layer,
+                                            "' (rank ", last_rank_, "/", world_,
+                                            ", compressed allreduce call ", last_step_,
+                                            "): refusing to spread it; check the loss "
+                                            "scale or learning rate of that layer"));
   }
   last_stats_.seconds = phases_;  // the call completed: its thread(s) are done with phases_
   return last_stats_;

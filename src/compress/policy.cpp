@@ -18,7 +18,7 @@ int64_t parse_int(const char* var, const char* v, int64_t lo, int64_t hi, const 
   errno = 0;
   const long long x = std::strtoll(v, &end, 10);
   if (errno != 0 || end == v || *end != '\0' || x < lo || x > hi)
-    throw ConfigError(detail::concat(var, "='", v, "' is not valid: expected ", what));
+    throw ConfigError(lockstep::detail::concat(var, "='", v, "' is not valid: expected ", what));
   return x;
 }
 
@@ -38,8 +38,8 @@ QsgdOptions apply_env(QsgdOptions o) {
   if (const char* v = env("LOCKSTEP_COMPRESSION_BITS")) {
     const int64_t b = parse_int("LOCKSTEP_COMPRESSION_BITS", v, 1, 32, "1..8, or 32 for off");
     if (b > 8 && b != 32)
-      throw ConfigError(detail::concat("LOCKSTEP_COMPRESSION_BITS='", v,
-                                       "' is not valid: expected 1..8, or 32 for off"));
+      throw ConfigError(lockstep::detail::concat("LOCKSTEP_COMPRESSION_BITS='", v,
+                                                 "' is not valid: expected 1..8, or 32 for off"));
     o.bits = int(b);
   }
   if (const char* v = env("LOCKSTEP_COMPRESSION_BUCKET_SIZE"))

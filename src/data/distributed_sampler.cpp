@@ -130,8 +130,9 @@ void DistributedSampler::load(torch::serialize::InputArchive& archive) {
   auto expect = [&](const char* key, int64_t mine, const char* what) {
     const int64_t saved = read_scalar(archive, key);
     if (saved != mine)
-      throw InvalidArgument(detail::concat("DistributedSampler::load: the archive was saved with ",
-                                           what, " ", saved, ", this sampler has ", mine));
+      throw InvalidArgument(
+          lockstep::detail::concat("DistributedSampler::load: the archive was saved with ", what,
+                                   " ", saved, ", this sampler has ", mine));
   };
   expect("lockstep_sampler/dataset_size", static_cast<int64_t>(dataset_size_), "dataset size");
   expect("lockstep_sampler/seed", static_cast<int64_t>(options_.seed), "seed");

@@ -24,7 +24,7 @@ cuda_detail::Layout layout(const CodecOptions& o) {
 }
 
 void check(const char* error, const char* what) {
-  if (error) throw Error(detail::concat("CUDA QSGD ", what, " failed: ", error));
+  if (error) throw Error(lockstep::detail::concat("CUDA QSGD ", what, " failed: ", error));
 }
 
 void check_pointers(int64_t n, const void* a, const void* b) {
