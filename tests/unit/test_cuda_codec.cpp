@@ -36,8 +36,8 @@ std::pair<std::vector<uint8_t>, std::vector<uint8_t>> both(const at::Tensor& x,
   auto xd = x.to(kCuda);
   auto out = at::full({bytes + 1}, 0xAB, kCuda.dtype(at::kByte));  // +1: nothing beyond
   auto bad = at::empty({1}, kCuda.dtype(at::kLong));
-  cuda::encode(xd.data_ptr(), at::kFloat, n, o, key, 5, out.data_ptr<uint8_t>(), nullptr,
-               bad.data_ptr<int64_t>());
+  lockstep::compress::cuda::encode(xd.data_ptr(), at::kFloat, n, o, key, 5, out.data_ptr<uint8_t>(),
+                                   nullptr, bad.data_ptr<int64_t>());
   auto host = out.cpu();
   std::vector<uint8_t> gpu(host.data_ptr<uint8_t>(), host.data_ptr<uint8_t>() + bytes + 1);
   EXPECT_EQ(gpu[size_t(bytes)], 0xAB) << "wrote past encoded_bytes";
@@ -89,9 +89,11 @@ TEST(CudaCodec, DecodeEitherSideGivesTheSameFloats) {
                               at::kByte)
                     .to(kCuda);
       auto y = at::empty({n}, kCuda);
-      cuda::decode(in.data_ptr<uint8_t>(), n, o, y.data_ptr(), at::kFloat, nullptr);
+      lockstep::compress::cuda::decode(in.data_ptr<uint8_t>(), n, o, y.data_ptr(), at::kFloat,
+                                       nullptr);
       auto acc = at::ones({n}, kCuda);
-      cuda::decode_add(in.data_ptr<uint8_t>(), n, o, acc.data_ptr<float>(), nullptr);
+      lockstep::compress::cuda::decode_add(in.data_ptr<uint8_t>(), n, o, acc.data_ptr<float>(),
+                                           nullptr);
       std::vector<float> ref_acc(size_t(n), 1.0f);
       decode_add(gpu_bytes.data(), n, o, ref_acc.data());
       const auto r = at::from_blob(ref.data(), {n});
@@ -122,8 +124,8 @@ TEST(CudaCodec, HalfInputsAndNonFiniteBuckets) {
     auto out = at::empty({bytes}, kCuda.dtype(at::kByte));
     auto bad = at::empty({1}, kCuda.dtype(at::kLong));
     const auto xd = xt.to(kCuda);
-    cuda::encode(xd.data_ptr(), dt, 1000, o, key, 0, out.data_ptr<uint8_t>(), nullptr,
-                 bad.data_ptr<int64_t>());
+    lockstep::compress::cuda::encode(xd.data_ptr(), dt, 1000, o, key, 0, out.data_ptr<uint8_t>(),
+                                     nullptr, bad.data_ptr<int64_t>());
     EXPECT_EQ(bad.cpu().item<int64_t>(), bad_cpu);
     const auto host = out.cpu();
     EXPECT_EQ(std::memcmp(host.data_ptr(), cpu.data(), size_t(bytes)), 0) << c10::toString(dt);
@@ -134,12 +136,13 @@ TEST(CudaCodec, RefusesWhatTheCpuCodecRefuses) {
   // Argument checks come before any CUDA call: no GPU needed.
   CodecOptions o;
   o.bits = 9;
-  EXPECT_THROW(cuda::encode(nullptr, at::kFloat, 0, o, {}, 0, nullptr, nullptr),
+  EXPECT_THROW(lockstep::compress::cuda::encode(nullptr, at::kFloat, 0, o, {}, 0, nullptr, nullptr),
                lockstep::InvalidArgument);
   o.bits = 4;
-  EXPECT_THROW(cuda::encode(nullptr, at::kDouble, 0, o, {}, 0, nullptr, nullptr),
-               lockstep::InvalidArgument);
-  EXPECT_THROW(cuda::decode(nullptr, 10, o, nullptr, at::kFloat, nullptr),
+  EXPECT_THROW(
+      lockstep::compress::cuda::encode(nullptr, at::kDouble, 0, o, {}, 0, nullptr, nullptr),
+      lockstep::InvalidArgument);
+  EXPECT_THROW(lockstep::compress::cuda::decode(nullptr, 10, o, nullptr, at::kFloat, nullptr),
                lockstep::InvalidArgument);
 }
 

@@ -68,13 +68,13 @@ TEST(CudaNccl, EveryCollectiveAtWorldSizeOne) {
 TEST(CudaNccl, WaitOrdersTheCallersStreamWithoutHostSync) {
   NEED_GPU();
   auto b = one_rank();
-  auto ops = cuda::cuda_stream_ops();
+  auto ops = lockstep::comm::cuda::cuda_stream_ops();
   auto caller = c10::cuda::getStreamFromPool();
   auto comm = c10::cuda::getStreamFromPool(true);
   c10::cuda::CUDAStreamGuard guard(caller);
   auto t = at::ones({1 << 20}, at::TensorOptions().device(at::kCUDA));
   t.mul_(3);  // queued on `caller`: the op must see it
-  cuda::StreamWork w(ops, caller.stream(), comm.stream(), {t});
+  lockstep::comm::cuda::StreamWork w(ops, caller.stream(), comm.stream(), {t});
   w.enqueue([&] {
     c10::cuda::CUDAStreamGuard g(comm);
     t.add_(1);  // stands for the collective on the comm stream
