@@ -136,14 +136,17 @@ def namespace_of_path(rel: pathlib.PurePosixPath):
     return "lockstep::" + layer
 
 
-CODE_NOISE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+CODE_NOISE = re.compile(r'R"([^(\s]*)\(.*?\)\1"|//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"'
+                        r'|\'(?:\\.|[^\'\\\n])*\'', re.S)
 NAMESPACE_TOKEN = re.compile(r"\bnamespace\s+([A-Za-z_][\w:]*)?\s*\{|[{}]")
 
 
 def namespace_blocks(text: str):
-    """(qualified name, body, line) of each named namespace block; '' for anonymous ones."""
-    code = CODE_NOISE.sub(lambda m: "\n" * m.group(0).count("\n") if m.group(0)[0] in "/" else '""',
-                          text)
+    """(qualified name, body, line) of each namespace block; an anonymous one counts as the
+    namespace around it ('' at file scope)."""
+    # Comments go, strings (raw ones too) become "": no brace inside either counts; lines stay.
+    code = CODE_NOISE.sub(lambda m: ('' if m.group(0)[0] == "/" else '""') +
+                          "\n" * m.group(0).count("\n"), text)
     stack, blocks = [], []  # stack: (qualified name or None for a plain brace, body start)
     for m in NAMESPACE_TOKEN.finditer(code):
         tok = m.group(0)
@@ -174,7 +177,7 @@ def check_namespaces(root: pathlib.Path):
             text = path.read_text(encoding="utf-8", errors="replace")
             for name, body, line in namespace_blocks(text):
                 inside = name == want or name.startswith(want + "::")
-                if inside or "{" not in body and not name.startswith(want + "::"):
+                if inside or "{" not in body:  # its own namespace, or declarations only
                     continue
                 problems.append(f"{rel}:{line}: defines in namespace {name or '(global)'}: a file "
                                 f"in this folder defines in {want} (or a namespace inside it); "
