@@ -151,8 +151,8 @@ void AnyPrecisionAdamWParamState::serialize(torch::serialize::InputArchive& ar) 
 // --- the optimizer ------------------------------------------------------------------------
 
 AnyPrecisionAdamW::AnyPrecisionAdamW(std::vector<torch::optim::OptimizerParamGroup> param_groups,
-                                     AnyPrecisionAdamWOptions defaults)
-    : Optimizer(param_groups, std::make_unique<AnyPrecisionAdamWOptions>(std::move(defaults))) {
+                                     const AnyPrecisionAdamWOptions& defaults)
+    : Optimizer(param_groups, std::make_unique<AnyPrecisionAdamWOptions>(defaults)) {
   // libtorch 2.x's add_param_group merges a group's own options with the defaults only for
   // torch's optimizer types and keeps the bare defaults for any other: a custom optimizer's
   // per-group lr, betas, weight decay... would be lost. Put the groups' own options back

@@ -92,11 +92,10 @@ struct AnyPrecisionAdamWParamState
 class AnyPrecisionAdamW : public torch::optim::Optimizer {
  public:
   explicit AnyPrecisionAdamW(std::vector<torch::optim::OptimizerParamGroup> param_groups,
-                             AnyPrecisionAdamWOptions defaults = {});
+                             const AnyPrecisionAdamWOptions& defaults = {});
   explicit AnyPrecisionAdamW(std::vector<torch::Tensor> params,
-                             AnyPrecisionAdamWOptions defaults = {})
-      : AnyPrecisionAdamW({torch::optim::OptimizerParamGroup(std::move(params))},
-                          std::move(defaults)) {}
+                             const AnyPrecisionAdamWOptions& defaults = {})
+      : AnyPrecisionAdamW({torch::optim::OptimizerParamGroup(std::move(params))}, defaults) {}
 
   torch::Tensor step(LossClosure closure = nullptr) override;
   void save(torch::serialize::OutputArchive& archive) const override;
