@@ -3,7 +3,9 @@
 # other rank must raise within seconds (asserted <= 10 s after the death, against an op
 # timeout of 60 s; the goal is <= 5 s), naming the failed rank, the op and its sequence
 # number; lockstep-run must name the failed rank first and print the error file of a rank
-# that raised; nothing may hang at exit or stay behind in /dev/shm.
+# that raised; nothing may hang at exit or stay behind in /dev/shm. A rank that leaves after
+# an error of its own (returns 1 from main, its process alive in MPI_Finalize under mpi)
+# ends the job the same way, within 5 s.
 # usage: death_test.sh FAULT_PROGRAM LOCKSTEP_RUN BACKEND [MPIRUN_SH]
 #   BACKEND: shm | gloo | gloo-remote (gloo with same-machine pid watching off, so the
 #   heartbeats and the store notice, the cross-node path, must find the rank) | mpi (under
@@ -89,7 +91,14 @@ mpirun_kill() {
   else fail "$name: $(tail -5 "$out")"; fi
 }
 
+# leave: rank 1 raises an error no other rank sees and returns 1 from main, mid-loop.
+case_run leave 1 RETURN allreduce
+bound=5 check_survivors leave 1 allreduce
+
 if [[ $kind == mpi ]]; then
+  if grep -q "rank 1 left the job: it reached MPI_Finalize (exit status 1" "$out"; then
+    pass "leave: the survivors' error says rank 1 left the job from MPI_Finalize"
+  else fail "leave: $(grep -m1 'caught CommError' "$out")"; fi
   mpirun_kill kill-allreduce 2 allreduce allreduce
   case_run stop-barrier 1 STOP barrier
   check_survivors stop-barrier 1 barrier

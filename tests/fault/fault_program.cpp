@@ -4,7 +4,9 @@
 //                        they print it with the elapsed time and exit 3 (0 = no error seen).
 //   die-in-loop          every rank loops over collectives (--op); rank --victim sends itself
 //                        --signal before iteration --at, after writing the wall-clock time to
-//                        --death-file. Survivors print "caught CommError ... S s after the
+//                        --death-file (--signal RETURN: it raises an error of its own, catches
+//                        it and returns 1 from main, as a program does after an error that
+//                        only one rank sees). Survivors print "caught CommError ... S s after the
 //                        death: <what()>", record it in their error file (LOCKSTEP_ERROR_FILE)
 //                        and exit 3 (tests/fault/death_test.sh).
 //   join                 just rendezvous and leave (for the missing-rank and port tests).
@@ -30,7 +32,7 @@ double wall_now() {
 
 struct LoopOptions {
   std::string op = "allreduce";  // allreduce | barrier | mixed
-  std::string signal = "KILL";   // KILL | STOP
+  std::string signal = "KILL";   // KILL | STOP | RETURN
   int victim = -1;               // -1: the last rank
   int at = 5;
   std::string death_file;
@@ -45,6 +47,11 @@ int die_in_loop(lockstep::comm::ProcessGroup& pg, const LoopOptions& o) {
     if (pg.rank() == victim && i == o.at) {
       if (!o.death_file.empty()) {
         std::ofstream(o.death_file) << std::to_string(wall_now()) << "\n";
+      }
+      if (o.signal == "RETURN") {
+        lockstep::launch::record_error("an error of this rank's own (the test's)");
+        std::fprintf(stderr, "rank %d leaves after an error of its own\n", pg.rank());
+        return 1;
       }
       std::raise(o.signal == "STOP" ? SIGSTOP : SIGKILL);
     }
@@ -85,8 +92,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"kill-mid-collective", "die-in-loop", "join"}));
   app.add_option("--op", loop.op, "die-in-loop: allreduce, barrier or mixed")
       ->check(CLI::IsMember({"allreduce", "barrier", "mixed"}));
-  app.add_option("--signal", loop.signal, "die-in-loop: KILL or STOP")
-      ->check(CLI::IsMember({"KILL", "STOP"}));
+  app.add_option("--signal", loop.signal, "die-in-loop: KILL, STOP or RETURN")
+      ->check(CLI::IsMember({"KILL", "STOP", "RETURN"}));
   app.add_option("--victim", loop.victim, "die-in-loop: the rank that dies (default: the last)");
   app.add_option("--at", loop.at, "die-in-loop: the iteration it dies at");
   app.add_option("--death-file", loop.death_file, "die-in-loop: where the victim notes its death");

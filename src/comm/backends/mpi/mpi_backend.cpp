@@ -16,6 +16,8 @@
 // lifetime if need be (a small leak on a group that is broken anyway).
 #include "comm/backends/mpi/mpi_backend.h"
 
+#include "comm/backends/mpi/mpi_departure.h"
+
 #include <lockstep/error.h>
 
 #include <sched.h>
@@ -76,6 +78,7 @@ MpiBackend::MpiBackend(const LaunchEnv& env, Millis timeout, std::optional<int> 
   {
     std::lock_guard<std::mutex> g(call_lock());
     mpi::ensure_initialized_locked();
+    group_index_ = mpi::register_group_locked();
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     if (env.rank != rank_ || env.world_size != size_)
@@ -156,10 +159,11 @@ void MpiBackend::exchange_pids(const Where& w) {
   local_ = PeerWatch(rank_, ids, pids, kStoppedLimit);
 }
 
-int MpiBackend::dead_peer(Clock::time_point now, std::string* what) {
-  if (local_.empty() || now < next_live_) return -1;
+int MpiBackend::dead_peer(Clock::time_point now, const Where& w, std::string* what) {
+  if (now < next_live_) return -1;
   next_live_ = now + kLivenessEvery;
-  const int dead = local_.check(what);
+  const int dead = local_.empty() ? -1 : local_.check(what);
+  if (dead < 0) return mpi::departed_member(group_index_, w.seq, w.start, world_ranks_, what);
   // In a subgroup, rank numbers are the group's: name the world rank too (mpirun's).
   if (dead >= 0 && !world_ranks_.empty())
     *what += detail::concat(" [world rank ", world_ranks_[dead], "]");
@@ -247,6 +251,7 @@ void MpiBackend::await(const Where& w, const char* call, std::vector<MPI_Request
                        const std::vector<at::Tensor>& keep, bool cancellable, MPI_Status* status) {
   MPI_Status local_status;
   MPI_Status* st = status ? status : &local_status;
+  if (w.seq > 0) mpi::entered(group_index_, w.seq);
   Backoff backoff;
   for (;;) {
     int done = 0;
@@ -264,7 +269,7 @@ void MpiBackend::await(const Where& w, const char* call, std::vector<MPI_Request
     const bool aborted = aborted_.load();
     const auto now = Clock::now();
     std::string dead_what;
-    const int dead = aborted ? -1 : dead_peer(now, &dead_what);
+    const int dead = aborted ? -1 : dead_peer(now, w, &dead_what);
     if (aborted || dead >= 0 || now >= w.deadline) {
       {
         std::lock_guard<std::mutex> g(call_lock());

@@ -84,9 +84,10 @@ class MpiBackend final : public Backend {
   void create_comms(const Where& w, std::optional<int> color);
   // Publishes every rank's pid, machine and world rank (one MPI_Iallgather) for local_.
   void exchange_pids(const Where& w);
-  // A same-machine peer that exited or stayed stopped (-> its rank and *what), else -1.
+  // A same-machine peer that exited or stayed stopped, or a member that left the job
+  // without taking part in op `w` (mpi_departure.h): its rank and *what, else -1.
   // Rate-limited: checks at most every kLivenessEvery.
-  int dead_peer(Clock::time_point now, std::string* what);
+  int dead_peer(Clock::time_point now, const Where& w, std::string* what);
 
   int rank_ = 0;  // in comm_
   int size_ = 1;
@@ -107,6 +108,7 @@ class MpiBackend final : public Backend {
   static constexpr Millis kStoppedLimit{3000};
   PeerWatch local_;
   Clock::time_point next_live_{};
+  int group_index_ = -1;  // for departure notices (mpi_departure.h); -1: none
 };
 
 }  // namespace lockstep::comm

@@ -1,6 +1,8 @@
 // Process-wide MPI state: init once, finalize once at exit, 16-bit types and ops.
 #include "comm/backends/mpi/mpi_runtime.h"
 
+#include "comm/backends/mpi/mpi_departure.h"
+
 #include "comm/reduce_kernels.h"
 
 #include <lockstep/error.h>
@@ -88,6 +90,7 @@ void finalize_at_exit(int status, void*) {
     std::_Exit(code);  // MPI_Abort does not return; if it did, finalizing could still hang
   }
   if (!done) {
+    announce_departure_locked(status);  // peers waiting for this rank learn it will not come
     for (auto& row : g_ops)
       for (auto& op : row)
         if (op != MPI_OP_NULL) MPI_Op_free(&op);
@@ -119,6 +122,7 @@ void ensure_initialized_locked() {
                "MPI_Init_thread");
     g_we_initialized = true;
     on_exit(finalize_at_exit, nullptr);  // glibc: like atexit, with the exit status
+    start_departures_locked();
   } else {
     MPI_Query_thread(&provided);
   }
