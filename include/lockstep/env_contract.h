@@ -36,6 +36,10 @@ inline constexpr const char* kRdzvToken = "LOCKSTEP_RDZV_TOKEN";
 inline constexpr const char* kRdzvTokenFile = "LOCKSTEP_RDZV_TOKEN_FILE";
 inline constexpr const char* kRestartCount = "LOCKSTEP_RESTART_COUNT";  // 0, 1, 2, ...
 inline constexpr const char* kMaxRestarts = "LOCKSTEP_MAX_RESTARTS";    // --max-restarts
+// Fault-tolerant jobs (--fault-tolerant, docs/fault-tolerance.md): the quorum service's
+// HOST:PORT and this replica's id (its global rank under lockstep-run).
+inline constexpr const char* kCoordinator = "LOCKSTEP_COORDINATOR";
+inline constexpr const char* kReplicaId = "LOCKSTEP_REPLICA_ID";
 // Where a failing rank writes its exception's message (lockstep/launch/error_file.h); the
 // same path also under torchelastic's name, which torch's @record writes (JSON).
 inline constexpr const char* kErrorFile = "LOCKSTEP_ERROR_FILE";

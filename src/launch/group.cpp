@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "coordinator.h"
 #include "exit_status.h"
 #include "lockstep/env_contract.h"
 #include "lockstep/launch/error_file.h"
@@ -65,6 +66,17 @@ AttemptResult Group::run() {
   } else if (!spawned) {
     res.outcome = AttemptResult::Outcome::CannotExecute;
     res.exit_code = 127;
+  } else if (service_gone_) {
+    res.outcome = AttemptResult::Outcome::ServiceLost;
+    const bool stop = WIFEXITED(service_status_) && WEXITSTATUS(service_status_) == kExitQuorumStop;
+    res.exit_code = stop ? kExitQuorumStop : 1;
+  } else if (opt_.fault_tolerant && first_failed_ >= 0) {
+    // The job succeeded if a replica finished it; the failures were said as they came.
+    if (!any_succeeded()) {
+      print_failure_summary();
+      res.outcome = AttemptResult::Outcome::RankFailed;
+      res.exit_code = exit_code_of(ranks_[std::size_t(first_failed_)].status);
+    }
   } else if (first_failed_ >= 0) {
     print_failure_summary();
     res.outcome = AttemptResult::Outcome::RankFailed;
@@ -77,39 +89,50 @@ AttemptResult Group::run() {
 bool Group::spawn_all() {
   ranks_.reserve(std::size_t(opt_.nproc_per_node));
   for (int local = 0; local < opt_.nproc_per_node; ++local) {
-    EnvMap vars = rank_env(opt_, local, ctx_, base_);
-    if (!error_dir_.empty()) {
-      const std::string path = error_file_path(error_dir_, opt_.global_rank(local));
-      unlink(path.c_str());  // a previous start's error must not be read as this start's
-      vars[env::kErrorFile] = path;
-      vars[env::kTorchelasticErrorFile] = path;
-    }
-    std::vector<std::string> envp = to_envp(vars);
-    SpawnedRank sp;
-    try {
-      sp = spawn_rank(opt_.program, envp);
-    } catch (const std::exception& e) {
-      say(std::string(e.what()) + " (starting local rank " + std::to_string(local) + ")");
-      exec_errno_ = -1;
-    }
-    if (sp.exec_errno != 0) {
-      say("cannot execute '" + opt_.program[0] + "': " + std::strerror(sp.exec_errno));
-      exec_errno_ = sp.exec_errno;
-    }
-    if (exec_errno_ != 0) {
+    Rank r;
+    if (!spawn_one(local, 0, r)) {
       begin_teardown();
       return false;
     }
-    Rank r;
-    r.local_rank = local;
-    r.rank = opt_.global_rank(local);
-    r.pid = sp.pid;
-    r.fds[0] = sp.out_fd;
-    r.fds[1] = sp.err_fd;
-    r.start = Clock::now();
-    r.running = true;
     ranks_.push_back(std::move(r));
   }
+  return true;
+}
+
+bool Group::spawn_one(int local, int restarts, Rank& r) {
+  EnvMap vars = rank_env(opt_, local, ctx_, base_);
+  if (restarts > 0) {
+    vars[env::kRestartCount] = std::to_string(restarts);
+    vars[env::kTorchelasticRestartCount] = vars[env::kRestartCount];
+  }
+  if (!error_dir_.empty()) {
+    const std::string path = error_file_path(error_dir_, opt_.global_rank(local));
+    unlink(path.c_str());  // a previous start's error must not be read as this start's
+    vars[env::kErrorFile] = path;
+    vars[env::kTorchelasticErrorFile] = path;
+  }
+  std::vector<std::string> envp = to_envp(vars);
+  SpawnedRank sp;
+  try {
+    sp = spawn_rank(opt_.program, envp);
+  } catch (const std::exception& e) {
+    say(std::string(e.what()) + " (starting local rank " + std::to_string(local) + ")");
+    exec_errno_ = -1;
+  }
+  if (sp.exec_errno != 0) {
+    say("cannot execute '" + opt_.program[0] + "': " + std::strerror(sp.exec_errno));
+    exec_errno_ = sp.exec_errno;
+  }
+  if (exec_errno_ != 0) return false;
+  r = Rank{};
+  r.local_rank = local;
+  r.rank = opt_.global_rank(local);
+  r.pid = sp.pid;
+  r.fds[0] = sp.out_fd;
+  r.fds[1] = sp.err_fd;
+  r.start = Clock::now();
+  r.running = true;
+  r.restarts = restarts;
   return true;
 }
 
@@ -130,6 +153,13 @@ void Group::loop() {
       if (pfds[k].revents) read_stream(ranks_[owners[k - 1].first], owners[k - 1].second);
     handle_signals();
     reap();  // after reading, so a dying rank's last words print before the summary
+    if (ctx_.service_pid > 0 && !service_gone_) check_service();
+    if (opt_.fault_tolerant && !tearing_down_ && any_running() && only_stopped_left() &&
+        any_succeeded()) {
+      say("the job is done; only stopped replicas are left, which the quorum dropped: "
+          "ending them");
+      begin_teardown();
+    }
     if (noticing_ && !tearing_down_ && (Clock::now() >= term_at_ || only_stopped_left()))
       begin_teardown();
     if (tearing_down_ && !killed_ && Clock::now() >= kill_at_) {
@@ -218,8 +248,50 @@ void Group::reap() {
     r.running = false;
     r.status = p < 0 ? (1 << 8) : st;  // ECHILD should not happen; count it as a failure
     r.end = Clock::now();
-    if (!succeeded(r.status) && !tearing_down_ && first_failed_ < 0) first_failure(i);
+    if (succeeded(r.status) || tearing_down_) continue;
+    if (opt_.fault_tolerant)
+      replica_failed(i);
+    else if (first_failed_ < 0)
+      first_failure(i);
   }
+}
+
+// The others go on (their quorum drops the failed replica at the next step boundary); a
+// restarted one joins a later quorum and heals from a live peer (docs/fault-tolerance.md).
+void Group::replica_failed(std::size_t i) {
+  if (first_failed_ < 0) first_failed_ = int(i);
+  const std::string how = describe_wait_status(ranks_[i].status);
+  const std::string name = "rank " + std::to_string(ranks_[i].rank);
+  if (ft_restarts_ >= opt_.max_restarts) {
+    say(name + " failed (" + how + "); not restarted (--max-restarts " +
+        std::to_string(opt_.max_restarts) + " used); the other replicas go on without it");
+    return;
+  }
+  ++ft_restarts_;
+  for (int s = 0; s < 2; ++s)  // its last words first
+    for (int rounds = 0; rounds < 64 && ranks_[i].fds[s] >= 0; ++rounds) read_stream(ranks_[i], s);
+  for (int s = 0; s < 2; ++s)
+    if (ranks_[i].fds[s] >= 0) close_stream(ranks_[i], s);
+  say(name + " failed (" + how + "); restarting it alone (restart " +
+      std::to_string(ft_restarts_) + " of " + std::to_string(opt_.max_restarts) +
+      "); the other replicas go on");
+  Rank fresh;
+  if (spawn_one(ranks_[i].local_rank, ranks_[i].restarts + 1, fresh)) ranks_[i] = std::move(fresh);
+}
+
+void Group::check_service() {
+  int st = 0;
+  if (waitpid(ctx_.service_pid, &st, WNOHANG) <= 0) return;
+  service_gone_ = true;
+  service_status_ = st;
+  if (WIFEXITED(st) && WEXITSTATUS(st) == kExitQuorumStop)
+    say("the quorum service stopped the job (its reason is above); stopping every rank");
+  else
+    say("the quorum service (pid " + std::to_string(ctx_.service_pid) + ") " +
+        describe_wait_status(st) +
+        ": a fault-tolerant job cannot go on without it (its one single point of failure, "
+        "docs/fault-tolerance.md); stopping every rank");
+  if (!tearing_down_) begin_teardown();
 }
 
 // The first failure: the others get --notice-seconds to see it in their communication
@@ -290,6 +362,12 @@ bool Group::only_stopped_left() const {
   for (const Rank& r : ranks_)
     if (r.running && !r.stop_signal) return false;
   return true;
+}
+
+bool Group::any_succeeded() const {
+  for (const Rank& r : ranks_)
+    if (!r.running && succeeded(r.status)) return true;
+  return false;
 }
 
 bool Group::any_open() const {

@@ -18,7 +18,7 @@ namespace lockstep::launch {
 void say(const std::string& msg);
 
 struct AttemptResult {
-  enum class Outcome { Success, RankFailed, CannotExecute, Interrupted };
+  enum class Outcome { Success, RankFailed, CannotExecute, Interrupted, ServiceLost };
   Outcome outcome = Outcome::Success;
   int exit_code = 0;  // what lockstep-run should exit with if this attempt is the last
 };
@@ -53,9 +53,16 @@ class Group {
     Stop stopped = Stop::None;
     int stop_signal = 0;           // SIGSTOP/SIGTSTP/...: seen stopped (not by us)
     Clock::time_point stopped_at;  // when first seen stopped
+    int restarts = 0;              // --fault-tolerant: restarted alone this often
   };
 
   bool spawn_all();
+  // Starts local rank `local` into `r` (restarts: how often this rank was restarted alone);
+  // false when the program cannot be executed.
+  bool spawn_one(int local, int restarts, Rank& r);
+  // --fault-tolerant: a replica failed; restart it alone while the others go on.
+  void replica_failed(std::size_t i);
+  void check_service();
   void loop();
   int poll_timeout_ms() const;
   void handle_signals();
@@ -71,6 +78,7 @@ class Group {
   bool any_running() const;
   bool any_open() const;
   bool only_stopped_left() const;
+  bool any_succeeded() const;
   void print_failure_summary() const;
   void print_interrupt_summary() const;
   std::string outcome_of(const Rank& r) const;
@@ -90,6 +98,9 @@ class Group {
   int first_failed_ = -1;      // index into ranks_
   int interrupted_by_ = 0;     // signal that asked the launcher to stop
   int exec_errno_ = 0;
+  int ft_restarts_ = 0;         // --fault-tolerant: single-replica restarts so far
+  bool service_gone_ = false;   // the quorum service exited
+  int service_status_ = 0;
 };
 
 }  // namespace lockstep::launch

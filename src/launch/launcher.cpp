@@ -14,6 +14,12 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#include <csignal>
+
+#include "coordinator.h"
 #include "group.h"
 #include "lockstep/launch/rank_env.h"
 
@@ -110,6 +116,52 @@ class ErrorDir {
   std::string path_;
 };
 
+QuorumConfig quorum_config(const LaunchOptions& opt) {
+  QuorumConfig c;
+  c.min_replicas = opt.min_replicas;
+  c.expected = opt.world_size();
+  c.heartbeat_timeout = std::chrono::milliseconds(long(opt.heartbeat_timeout * 1000));
+  return c;
+}
+
+// The quorum service's port: --coordinator-port, else a free one on one node (0), else
+// --master-port + 1, which every node can work out alone.
+int coordinator_port(const LaunchOptions& opt) {
+  if (opt.coordinator_port >= 0) return opt.coordinator_port;
+  return opt.nnodes == 1 ? 0 : opt.master_port + 1;
+}
+
+// The quorum service in a child process of its own (its own process group, so a Ctrl-C
+// meant for the ranks does not reach it; it ends with lockstep-run). Sets ctx's address
+// and pid.
+void start_quorum_service(const LaunchOptions& opt, GroupContext& ctx) {
+  int port = 0;
+  const int fd = listen_on(opt.nnodes == 1 ? "127.0.0.1" : "0.0.0.0", coordinator_port(opt), &port);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fd);
+    throw Error(concat("lockstep-run: cannot start the quorum service: fork: ", std::strerror(errno)));
+  }
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    setpgid(0, 0);
+    std::_Exit(serve_quorum(fd, quorum_config(opt)));
+  }
+  close(fd);
+  ctx.service_pid = pid;
+  ctx.coordinator = concat(opt.master_addr, ":", port);
+  say(concat("fault tolerant: quorum service on ", ctx.coordinator, " (pid ", pid,
+             "), --min-replicas ", opt.min_replicas, ", --max-restarts ", opt.max_restarts,
+             " single-replica restarts"));
+}
+
+void stop_quorum_service(const GroupContext& ctx) {
+  if (ctx.service_pid <= 0) return;
+  kill(ctx.service_pid, SIGTERM);
+  int st = 0;
+  waitpid(ctx.service_pid, &st, 0);
+}
+
 }  // namespace
 
 int pick_free_port(const std::string& addr) {
@@ -172,6 +224,14 @@ int resolve_port(const LaunchOptions& opt) {
 
 int run_launcher(const LaunchOptions& opt) {
   ensure_std_fds_open();
+  if (opt.coordinator) {
+    int port = 0;
+    const int fd = listen_on("0.0.0.0", opt.coordinator_port >= 0 ? opt.coordinator_port : 29501,
+                             &port);
+    say(concat("quorum service on port ", port, " for ", opt.world_size(), " replicas, --min-replicas ",
+               opt.min_replicas, " (Ctrl-C ends it)"));
+    return serve_quorum(fd, quorum_config(opt));
+  }
   std::vector<int> logs = open_logs(opt);
   FdCloser closer{logs};
   if (!opt.launch_line.empty()) say(opt.launch_line);
@@ -183,10 +243,23 @@ int run_launcher(const LaunchOptions& opt) {
   if (should_note_omp(opt, base))
     say("setting OMP_NUM_THREADS=1 for each rank so " + std::to_string(opt.nproc_per_node) +
         " ranks do not oversubscribe the cores; set it yourself to tune it");
-  SignalPipe signals;
   GroupContext ctx;
   ctx.job_id = default_job_id(opt);
+  if (opt.fault_tolerant) {
+    if (opt.node_rank == 0)
+      start_quorum_service(opt, ctx);  // before the signal pipe: the child keeps no handler
+    else
+      ctx.coordinator = concat(opt.master_addr, ":", coordinator_port(opt));
+  }
+  SignalPipe signals;
   ErrorDir errors(opt);
+  if (opt.fault_tolerant) {  // one start; failed replicas restart alone inside it
+    ctx.master_port = resolve_port(opt);
+    Group group(opt, ctx, base, signals, logs, errors.path());
+    const AttemptResult res = group.run();
+    stop_quorum_service(ctx);
+    return res.exit_code;
+  }
   for (int attempt = 0;; ++attempt) {
     ctx.restart_count = attempt;
     // A fresh free port each start: the previous group's port may linger in TIME_WAIT.

@@ -99,6 +99,20 @@ const std::vector<ValueFlag>& value_flags() {
                              const std::string& v) { o.grace_seconds = parse_seconds(f, v); }},
       {"--notice-seconds", [](LaunchOptions& o, const std::string& f,
                               const std::string& v) { o.notice_seconds = parse_seconds(f, v); }},
+      {"--min-replicas",
+       [](LaunchOptions& o, const std::string& f, const std::string& v) {
+         o.min_replicas = int(parse_long(f, v, 1, 1 << 20, "a positive integer"));
+       }},
+      {"--coordinator-port",
+       [](LaunchOptions& o, const std::string& f, const std::string& v) {
+         o.coordinator_port = int(parse_long(f, v, 0, 65535, "a TCP port 0..65535"));
+       }},
+      {"--heartbeat-timeout",
+       [](LaunchOptions& o, const std::string& f, const std::string& v) {
+         o.heartbeat_timeout = parse_seconds(f, v);
+         if (o.heartbeat_timeout < 0.5)
+           throw UsageError(concat("lockstep-run: ", f, " expects at least 0.5 s, got '", v, "'"));
+       }},
   };
   return flags;
 }
@@ -134,6 +148,8 @@ std::unique_ptr<CLI::App> make_app(LaunchOptions& opt) {
   app->set_help_flag();  // --help is an option like the others: main prints usage_text()
   app->prefix_command();
   app->add_flag("-h,--help", opt.help);
+  app->add_flag("--fault-tolerant,--fault_tolerant", opt.fault_tolerant);
+  app->add_flag("--coordinator", opt.coordinator);
   for (const ValueFlag& f : value_flags()) {
     app->add_option_function<std::string>(concat(f.name, ",", underscore_spelling(f.name)),
                                           [&opt, &f](const std::string& v) {
@@ -163,8 +179,14 @@ void validate(const LaunchOptions& o) {
     throw UsageError(
         "lockstep-run: --master-port 0 (pick a free port) only works with --nnodes 1: the other "
         "nodes could not know the port; give every node the same explicit --master-port");
-  if (!o.help && o.program.empty())
+  if (o.coordinator && !o.program.empty())
+    throw UsageError("lockstep-run: --coordinator runs the quorum service alone; it takes no "
+                     "PROGRAM (start the replicas with --fault-tolerant)");
+  if (!o.help && !o.coordinator && o.program.empty())
     throw UsageError("lockstep-run: missing PROGRAM to run (see --help)");
+  if (o.fault_tolerant && o.min_replicas > o.world_size())
+    throw UsageError(concat("lockstep-run: --min-replicas ", o.min_replicas,
+                            " is more than the job's ", o.world_size(), " replicas"));
 }
 
 // torchrun's PET_* variables, each the default of one flag. "auto", "cpu" and "gpu" for
@@ -259,7 +281,7 @@ LaunchOptions parse_onto(const std::vector<std::string>& args, LaunchOptions sta
     rest.erase(rest.begin());
   } else if (!rest.empty() && rest.front().size() >= 2 && rest.front()[0] == '-') {
     const std::string flag = rest.front().substr(0, rest.front().find('='));
-    std::vector<std::string> known = {"--help"};
+    std::vector<std::string> known = {"--help", "--fault-tolerant", "--coordinator"};
     for (const ValueFlag& f : value_flags()) known.emplace_back(f.name);
     const std::string near = nearest_flag(flag, known);
     throw UsageError(concat("lockstep-run: unknown option '", flag, "'",
@@ -294,6 +316,15 @@ options (before PROGRAM; "--" also ends them; --flag value or --flag=value):
   --notice-seconds S   after a rank fails, time the others get to notice it and exit with
                        their own error before they are sent SIGTERM (default 3)
   --grace-seconds S    seconds between SIGTERM and SIGKILL when stopping ranks (default 5)
+  --fault-tolerant     each rank is a replica (lockstep::ft::Manager): a failed one is
+                       restarted alone (--max-restarts in all) while the others go on;
+                       node 0 hosts the quorum service (docs/fault-tolerance.md)
+  --min-replicas M     stop the job when fewer than M replicas remain (default 1)
+  --coordinator-port P the quorum service's port (default: a free one on one node,
+                       --master-port + 1 on several)
+  --heartbeat-timeout S  a replica silent this long is lost (default 3)
+  --coordinator        run the quorum service alone (no PROGRAM), for replicas started
+                       elsewhere with LOCKSTEP_COORDINATOR=HOST:PORT
   --help               print this text
 
 Under a scheduler the defaults come from its environment (docs/schedulers.md): srun with

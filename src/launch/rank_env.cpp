@@ -51,6 +51,10 @@ EnvMap rank_env(const LaunchOptions& opt, int local_rank, const GroupContext& gr
   env[n::kTorchelasticRestartCount] = restarts;
   env[n::kTorchelasticMaxRestarts] = max_restarts;
   env[n::kTorchelasticRunId] = group.job_id;
+  if (!group.coordinator.empty()) {
+    env[n::kCoordinator] = group.coordinator;
+    env[n::kReplicaId] = rank;
+  }
   if (base.find("OMP_NUM_THREADS") == base.end()) env["OMP_NUM_THREADS"] = "1";
   for (const auto& [k, v] : malloc_defaults(base)) env[k] = v;
   return env;

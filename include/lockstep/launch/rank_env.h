@@ -22,6 +22,10 @@ struct GroupContext {
   std::string job_id;     // LOCKSTEP_JOB_ID: unique per launch, same for every restart
   int master_port = 0;    // the resolved port (never 0 here)
   int restart_count = 0;  // 0 on the first start, then 1, 2, ...
+  // Fault-tolerant jobs: the quorum service's HOST:PORT (empty: not fault tolerant) and,
+  // on node 0, the pid of the process that serves it (-1 elsewhere).
+  std::string coordinator;
+  int service_pid = -1;
 };
 
 // The launcher's own environment as a map (from `environ`).

@@ -1,0 +1,80 @@
+// lockstep/parallel/ft/quorum_client.h: one replica's connection to the quorum service.
+//
+// The quorum service (lockstep-run --fault-tolerant on node 0, or lockstep-run
+// --coordinator) tells each replica, at every step boundary, who takes part in the step
+// (the quorum) and, after the step, whether it commits. A heartbeat thread tells the
+// service this replica is alive between requests. Wire format: lockstep/quorum_wire.h;
+// rules and timings: docs/fault-tolerance.md. Manager (manager.h) is its user; programs
+// rarely need it directly.
+#pragma once
+
+#include <lockstep/comm/types.h>
+#include <lockstep/error.h>
+#include <lockstep/quorum_wire.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace lockstep::ft {
+
+// The quorum service stopped the job (stopped() true: fewer than --min-replicas replicas
+// remain; the message says why), or it cannot be reached (it is the job's one single
+// point of failure).
+class QuorumError : public Error {
+ public:
+  QuorumError(const std::string& what, bool stopped) : Error(what), stopped_(stopped) {}
+  bool stopped() const { return stopped_; }
+
+ private:
+  bool stopped_;
+};
+
+class QuorumClient {
+ public:
+  // Connects to `address` ("HOST:PORT"; retried for up to `connect_timeout`) and says
+  // HELLO as replica `replica_id`, whose rendezvous store listens on store_host:store_port.
+  // Heartbeats every `heartbeat` from a thread of its own. Throws QuorumError when the
+  // service cannot be reached.
+  QuorumClient(const std::string& address, int replica_id, const std::string& store_host,
+               int store_port, comm::Millis heartbeat = comm::Millis(250),
+               comm::Millis connect_timeout = comm::Millis(10000));
+  // Says BYE (a replica that is done is not a lost one) and closes.
+  ~QuorumClient();
+  QuorumClient(const QuorumClient&) = delete;
+  QuorumClient& operator=(const QuorumClient&) = delete;
+
+  // Asks to start step `step` and waits up to `timeout` for the quorum (a joiner waits for
+  // the members' next step boundary).
+  quorum_wire::Quorum quorum(int64_t step, comm::Millis timeout);
+  // This replica's vote on `step` of quorum `quorum_id`; returns the service's decision
+  // (true: every member of the quorum voted ok).
+  bool vote(int64_t quorum_id, int64_t step, bool ok, comm::Millis timeout);
+
+  // Leave without BYE: the service counts this replica lost (it failed), not done.
+  void abandon() { broken_ = true; }
+  const std::string& address() const { return address_; }
+
+ private:
+  void send_line(const std::string& line);
+  // The next line starting with `word` (STOP throws); skips others.
+  std::string await(const std::string& word, comm::Millis timeout);
+  [[noreturn]] void lost(const std::string& why) const;
+  void beat();
+
+  std::string address_;
+  int fd_ = -1;
+  std::string pending_;  // bytes read past the last line
+  std::mutex write_mu_;
+  std::atomic<bool> broken_{false};
+  std::mutex beat_mu_;
+  std::condition_variable beat_cv_;
+  bool stopping_ = false;
+  comm::Millis heartbeat_;
+  std::thread beater_;
+};
+
+}  // namespace lockstep::ft

@@ -1,0 +1,214 @@
+// The quorum service's rules; see quorum_state.h and docs/fault-tolerance.md.
+#include "quorum_state.h"
+
+#include <algorithm>
+
+#include "lockstep/error.h"
+
+namespace lockstep::launch {
+namespace {
+
+using detail::concat;
+
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+std::string id_list(const std::vector<int>& ids) {
+  std::string s;
+  for (int id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
+  return s;
+}
+
+}  // namespace
+
+void QuorumState::hello(int conn, int id, const std::string& host, int port,
+                        Clock::time_point now) {
+  for (auto& [c, r] : replicas_)
+    if (r.id == id && c != conn) {
+      drop(c, "a new connection of the same replica replaced it");
+      break;
+    }
+  Replica& r = replicas_[conn];
+  r.id = id;
+  r.host = host;
+  r.port = port;
+  r.last_heard = now;
+  if (stopped()) send(conn, "STOP " + stop_reason_);
+}
+
+void QuorumState::heard(int conn, Clock::time_point now) {
+  auto it = replicas_.find(conn);
+  if (it != replicas_.end()) it->second.last_heard = now;
+}
+
+void QuorumState::request(int conn, int64_t step, Clock::time_point now) {
+  auto it = replicas_.find(conn);
+  if (it == replicas_.end()) return;  // no HELLO yet: the server refuses such a line
+  if (stopped()) {
+    send(conn, "STOP " + stop_reason_);
+    return;
+  }
+  it->second.asking = true;
+  it->second.step = step;
+  it->second.asked_at = now;
+}
+
+void QuorumState::vote(int conn, int64_t quorum_id, int64_t step, bool ok, Clock::time_point) {
+  auto it = replicas_.find(conn);
+  if (it == replicas_.end()) return;
+  const int id = it->second.id;
+  const std::string no = concat("VOTE ", quorum_id, " ", step, " 0");
+  if (quorum_id != quorum_id_ || members_.count(id) == 0) {
+    send(conn, no);  // a stale quorum: its step cannot commit
+    return;
+  }
+  if (round_.step != step) round_ = Round{step, {}, false, false};
+  if (round_.decided) {
+    send(conn, concat("VOTE ", quorum_id, " ", step, " ", round_.outcome ? 1 : 0));
+    return;
+  }
+  round_.votes[id] = ok;
+  if (round_.votes.size() == members_.size()) {
+    bool all = true;
+    for (const auto& [voter, v] : round_.votes) all = all && v;
+    round_.decided = true;
+    round_.outcome = all;
+    renew_ = renew_ || !all;
+    if (all) committed_ = std::max(committed_, step + 1);
+    for (const auto& [c, r] : replicas_)
+      if (round_.votes.count(r.id)) send(c, concat("VOTE ", quorum_id, " ", step, " ", all ? 1 : 0));
+  }
+}
+
+void QuorumState::lost(int conn) { drop(conn, "its connection closed (the process ended?)"); }
+
+void QuorumState::bye(int conn) {
+  auto it = replicas_.find(conn);
+  if (it == replicas_.end()) return;
+  const int id = it->second.id;
+  log_.push_back(concat("replica ", id, " left (done)"));
+  replicas_.erase(it);
+  closed_.push_back(conn);
+  member_gone(id);
+}
+
+void QuorumState::drop(int conn, const std::string& why) {
+  auto it = replicas_.find(conn);
+  if (it == replicas_.end()) return;
+  const int id = it->second.id;
+  replicas_.erase(it);
+  closed_.push_back(conn);
+  log_.push_back(concat("replica ", id, " lost: ", why));
+  member_gone(id);
+}
+
+// A member of the quorum gone mid-vote: the step cannot commit anywhere.
+void QuorumState::member_gone(int id) {
+  if (members_.count(id) == 0 || round_.decided || round_.step < 0) return;
+  round_.decided = true;
+  round_.outcome = false;
+  renew_ = true;
+  for (const auto& [c, r] : replicas_)
+    if (round_.votes.count(r.id)) send(c, concat("VOTE ", quorum_id_, " ", round_.step, " 0"));
+}
+
+std::vector<QuorumState::Message> QuorumState::advance(Clock::time_point now) {
+  std::vector<int> silent;
+  for (const auto& [c, r] : replicas_)
+    if (now - r.last_heard > config_.heartbeat_timeout) silent.push_back(c);
+  for (int c : silent)
+    drop(c, concat("no heartbeat for ", seconds(now - replicas_[c].last_heard),
+                   " s (stopped, hung, or cut off)"));
+  try_form(now);
+  std::vector<Message> out;
+  out.swap(out_);
+  return out;
+}
+
+void QuorumState::try_form(Clock::time_point now) {
+  if (stopped()) return;
+  std::vector<int> askers;
+  Clock::time_point first = now;
+  bool waiting_for_member = false;
+  for (const auto& [c, r] : replicas_) {
+    if (r.asking) {
+      askers.push_back(c);
+      first = std::min(first, r.asked_at);
+    } else if (members_.count(r.id)) {
+      waiting_for_member = true;
+    }
+  }
+  if (askers.empty()) return;
+  const auto waited = now - first;
+  const bool ready = formed_once_
+                         ? !waiting_for_member || waited >= config_.straggler_wait
+                         : int(askers.size()) >= config_.expected || waited >= config_.join_wait;
+  if (!ready) return;
+  int64_t furthest = 0;
+  for (int c : askers) furthest = std::max(furthest, replicas_[c].step);
+  // Never go back: a quorum must hold someone with the last committed state to heal from.
+  if (furthest < committed_) return;
+  if (int(askers.size()) < config_.min_replicas) {
+    std::vector<int> ids;
+    for (int c : askers) ids.push_back(replicas_[c].id);
+    std::sort(ids.begin(), ids.end());
+    stop(formed_once_
+             ? concat("fewer than --min-replicas ", config_.min_replicas, " replicas remain (",
+                      ids.size(), ": ", id_list(ids), ")")
+             : concat("only ", ids.size(), " replicas (", id_list(ids), ") of the --min-replicas ",
+                      config_.min_replicas, " needed came within ", seconds(config_.join_wait),
+                      " s"));
+    return;
+  }
+  form(askers);
+}
+
+void QuorumState::form(const std::vector<int>& conns) {
+  quorum_wire::Quorum q;
+  std::set<int> ids;
+  for (int c : conns) {
+    const Replica& r = replicas_[c];
+    ids.insert(r.id);
+    q.members.push_back({r.id, r.step, r.host, r.port});
+    q.max_step = std::max(q.max_step, r.step);
+  }
+  std::sort(q.members.begin(), q.members.end(),
+            [](const quorum_wire::Member& a, const quorum_wire::Member& b) { return a.id < b.id; });
+  if (!formed_once_ || ids != members_ || renew_) {
+    ++quorum_id_;
+    renew_ = false;
+    members_ = ids;
+    round_ = Round{};
+    std::vector<int> sorted(ids.begin(), ids.end());
+    log_.push_back(concat("quorum ", quorum_id_, ": replicas ", id_list(sorted), " (",
+                          sorted.size(), ") from step ", q.max_step));
+  }
+  formed_once_ = true;
+  q.id = quorum_id_;
+  const std::string line = quorum_wire::format_quorum(q);
+  for (int c : conns) {
+    replicas_[c].asking = false;
+    send(c, line);
+  }
+}
+
+void QuorumState::stop(const std::string& why) {
+  stop_reason_ = why;
+  log_.push_back("stopping the job: " + why);
+  for (const auto& [c, r] : replicas_) send(c, "STOP " + why);
+}
+
+std::vector<int> QuorumState::take_closed() {
+  std::vector<int> out;
+  out.swap(closed_);
+  return out;
+}
+
+std::vector<std::string> QuorumState::take_log() {
+  std::vector<std::string> out;
+  out.swap(log_);
+  return out;
+}
+
+}  // namespace lockstep::launch

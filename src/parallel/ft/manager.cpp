@@ -1,0 +1,232 @@
+// The fault-tolerant step: quorum, group rebuild, healing, commit vote. See
+// include/lockstep/parallel/ft/manager.h and docs/fault-tolerance.md.
+#include <lockstep/comm/make_group.h>
+#include <lockstep/env_contract.h>
+#include <lockstep/parallel/ft/manager.h>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <unistd.h>
+
+#include <climits>
+#include <exception>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+namespace lockstep::ft {
+namespace {
+
+using detail::concat;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+// Where the others reach this replica's store: loopback when the service is on loopback
+// (one host), else this host's name.
+std::string own_host(const std::string& coordinator) {
+  const std::string host = coordinator.substr(0, coordinator.rfind(':'));
+  if (host == "localhost" || host.compare(0, 4, "127.") == 0) return "127.0.0.1";
+  char name[HOST_NAME_MAX + 1] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+constexpr int kHealTag = 7301;
+
+}  // namespace
+
+Manager::Manager(ManagerOptions options, StateFns state)
+    : options_(std::move(options)), state_(std::move(state)) {
+  if (options_.coordinator.empty()) options_.coordinator = env_or(env::kCoordinator, "");
+  if (options_.coordinator.empty())
+    throw ConfigError(concat("fault tolerance: no quorum service: ", env::kCoordinator,
+                             " is not set; start the job with lockstep-run --fault-tolerant "
+                             "(or set ManagerOptions::coordinator)"));
+  replica_id_ = options_.replica_id;
+  if (replica_id_ < 0) replica_id_ = std::atoi(env_or(env::kReplicaId, "-1").c_str());
+  if (replica_id_ < 0)
+    throw ConfigError(concat("fault tolerance: no replica id: ", env::kReplicaId,
+                             " is not set (lockstep-run --fault-tolerant sets it)"));
+  LOCKSTEP_CHECK(state_.save && state_.load,
+                 "fault tolerance: StateFns needs both save and load (a joiner is healed "
+                 "with them)");
+  host_ = own_host(options_.coordinator);
+  c10d::TCPStoreOptions so;
+  so.port = 0;
+  so.isServer = true;
+  so.waitWorkers = false;
+  so.timeout = options_.timeout;
+  auto store = c10::make_intrusive<c10d::TCPStore>(host_, so);
+  const int port = store->getPort();
+  own_store_ = store;
+  client_ = std::make_unique<QuorumClient>(options_.coordinator, replica_id_, host_, port,
+                                           options_.heartbeat);
+}
+
+Manager::~Manager() {
+  // Done (BYE) or failed (an exception unwinds: close without a word, so the service counts
+  // the replica lost, and restarts can heal it).
+  if (std::uncaught_exceptions() > 0) client_->abandon();
+  client_.reset();  // first: the others must not wait for this replica
+  group_.reset();
+}
+
+comm::ProcessGroup& Manager::group() {
+  LOCKSTEP_CHECK(group_ != nullptr, "fault tolerance: group() before the first start_step()");
+  return *group_;
+}
+
+void Manager::start_step() {
+  step_start_ = Clock::now();
+  failed_ = false;
+  last_error_.clear();
+  const quorum_wire::Quorum q = client_->quorum(step_, options_.quorum_timeout);
+  members_.clear();
+  rank_ = -1;
+  for (const auto& m : q.members) {
+    if (m.id == replica_id_) rank_ = int(members_.size());
+    members_.push_back(m.id);
+  }
+  if (rank_ < 0) throw QuorumError("fault tolerance: the quorum service left this replica out", false);
+  const bool stale = q.id != quorum_id_ || need_rebuild_ || !group_ || group_->broken();
+  quorum_id_ = q.id;
+  quorum_step_ = q.max_step;
+  try {
+    if (stale) rebuild(q);
+    heal(q);
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+  if (step_ != quorum_step_ && !failed_) fail("this replica is behind its quorum and was not healed");
+}
+
+void Manager::rebuild(const quorum_wire::Quorum& q) {
+  const auto t0 = Clock::now();
+  group_.reset();  // a broken group aborts its backend on the way out
+  need_rebuild_ = true;  // until this succeeds
+  const quorum_wire::Member& leader = q.members.front();
+  c10::intrusive_ptr<c10d::Store> store = own_store_;
+  if (leader.id != replica_id_) {
+    c10d::TCPStoreOptions so;
+    so.port = uint16_t(leader.port);
+    so.isServer = false;
+    so.timeout = options_.timeout;
+    store = c10::make_intrusive<c10d::TCPStore>(leader.host, so);
+  }
+  bool one_host = true;
+  for (const auto& m : q.members) one_host = one_host && m.host == leader.host;
+  comm::InitOptions io;
+  io.timeout = options_.timeout;
+  std::string backend = options_.backend;
+  if (backend == "auto") backend = env_or(env::kBackend, "auto");
+  io.backend = backend == "auto" ? (one_host ? "shm" : "gloo") : backend;
+  comm::LaunchEnv e;
+  e.rank = rank_;
+  e.world_size = int(q.members.size());
+  e.local_rank = one_host ? rank_ : 0;
+  e.local_world_size = one_host ? e.world_size : 1;
+  io.env = e;
+  group_ = comm::make_group(store, io, concat("lockstep-ft/q", q.id, "/"));
+  need_rebuild_ = false;
+  ++stats_.rebuilds;
+  stats_.rebuild_s += since(t0);
+}
+
+// Replicas behind the quorum's furthest step take the state of one that is there: the
+// k-th of them (by replica id) from the (k mod H)-th of the H up to date, by id.
+void Manager::heal(const quorum_wire::Quorum& q) {
+  std::vector<int> healers, behind;
+  for (size_t i = 0; i < q.members.size(); ++i)
+    (q.members[i].step == q.max_step ? healers : behind).push_back(int(i));
+  if (behind.empty()) return;
+  std::string bytes;
+  for (size_t k = 0; k < behind.size(); ++k) {
+    const int from = healers[k % healers.size()], to = behind[k];
+    if (from == rank_) {
+      if (bytes.empty()) {
+        torch::serialize::OutputArchive ar;
+        state_.save(ar);
+        std::ostringstream os;
+        ar.save_to(os);
+        bytes = os.str();
+      }
+      at::Tensor size = at::full({1}, int64_t(bytes.size()), at::kLong);
+      at::Tensor data = at::from_blob(bytes.data(), {int64_t(bytes.size())}, at::kByte);
+      group_->send(size, to, {kHealTag})->wait();
+      group_->send(data, to, {kHealTag})->wait();
+      ++stats_.healed_others;
+    } else if (to == rank_) {
+      const auto t0 = Clock::now();
+      at::Tensor size = at::zeros({1}, at::kLong);
+      group_->recv(size, from, {kHealTag})->wait();
+      at::Tensor data = at::empty({size.item<int64_t>()}, at::kByte);
+      group_->recv(data, from, {kHealTag})->wait();
+      std::istringstream is(std::string(static_cast<const char*>(data.data_ptr()), data.numel()));
+      torch::serialize::InputArchive ar;
+      ar.load_from(is);
+      state_.load(ar);
+      step_ = q.max_step;
+      ++stats_.heals;
+      stats_.heal_s += since(t0);
+      stats_.heal_bytes += data.numel();
+    }
+  }
+}
+
+void Manager::allreduce(std::vector<at::Tensor> tensors) {
+  if (failed_) return;
+  try {
+    std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
+    for (auto& t : tensors) by_dtype[t.scalar_type()].push_back(t);
+    for (auto& [dtype, ts] : by_dtype)
+      group_->allreduce_coalesced(ts, {comm::ReduceOp::Avg})->wait();
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+}
+
+void Manager::report_error(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    fail(e.what());
+  } catch (...) {
+    fail("an unknown error");
+  }
+}
+
+void Manager::fail(const std::string& why) {
+  if (failed_) return;
+  failed_ = true;
+  need_rebuild_ = true;
+  last_error_ = why;
+  // The others may wait in a collective this replica will not finish: wake them.
+  if (group_ && !group_->broken())
+    group_->abort(std::make_exception_ptr(Error("fault tolerance: replica " +
+                                                std::to_string(replica_id_) + " failed its step: " + why)));
+}
+
+bool Manager::should_commit() {
+  // Every member votes on the quorum's step (a replica that could not be healed is behind
+  // it and votes no), so the service counts one round.
+  const bool commit = client_->vote(quorum_id_, quorum_step_, !failed_, options_.quorum_timeout);
+  if (commit) {
+    history_.push_back({step_, quorum_id_, members_});
+    ++step_;
+    ++stats_.committed;
+  } else {
+    if (last_error_.empty())
+      last_error_ = "the quorum service said no: another member failed or left during the step";
+    ++stats_.discarded;
+    stats_.discarded_s += since(step_start_);
+  }
+  return commit;
+}
+
+}  // namespace lockstep::ft

@@ -1,0 +1,303 @@
+// A replica for the fault-tolerance tests (tests/fault/ft_test.sh), run under
+// lockstep-run --fault-tolerant. Modes:
+//   train DIR   fp64 linear regression with momentum SGD through lockstep::ft::Manager for
+//               --steps steps. Replica id R's batch at step s depends on (s, R) only, so
+//               a run can be replayed from its history of who committed which step. The
+//               --faults name who fails, in which step, where in it and how (a replica
+//               fails in its first life only) after writing the wall-clock time to
+//               DIR/death. At the end each
+//               replica writes DIR/replica_R.txt: its parameters (%a, exact), its counters,
+//               the wall-clock time of every commit, and the history it committed.
+//   check DIR   replays the longest history in one process and compares: every replica's
+//               parameters bit-identical to each other, and equal to the replay within
+//               1e-12 (fp64; the allreduce sums in another order than the replay).
+#include <lockstep/launch/cli.h>
+#include <lockstep/launch/error_file.h>
+#include <lockstep/parallel/ft/manager.h>
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+namespace {
+
+constexpr int64_t kDim = 64, kBatch = 32;
+constexpr double kLr = 0.02, kMomentum = 0.9;
+
+double wall_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Replica `id`'s batch at step `step`: the same wherever and whenever it is computed.
+std::pair<at::Tensor, at::Tensor> batch(int64_t step, int id) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(uint64_t(step) * 1000003u + uint64_t(id));
+  const auto opt = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor x = at::randn({kBatch, kDim}, gen, opt);
+  at::Tensor w_true = at::linspace(-1, 1, kDim, opt).unsqueeze(1);
+  at::Tensor y = at::mm(x, w_true) + 0.1 * at::randn({kBatch, 1}, gen, opt);
+  return {x, y};
+}
+
+torch::nn::Linear make_model() {
+  torch::manual_seed(7);
+  torch::nn::Linear m(kDim, 1);
+  m->to(at::kDouble);
+  return m;
+}
+
+std::vector<at::Tensor> grads(torch::nn::Linear& m) {
+  std::vector<at::Tensor> g;
+  for (auto& p : m->parameters()) g.push_back(p.grad());
+  return g;
+}
+
+// One planned failure: replica `victim`, in its first life only, hits `kind` at `point` of
+// step `at`, after writing the wall-clock time to DIR/death.
+struct Fault {
+  int victim = -1;
+  int64_t at = 0;
+  std::string point;  // forward | backward | allreduce | vote | optimizer
+  std::string kind;   // kill | stop | leave
+};
+
+struct Faults {
+  std::vector<Fault> list;
+  std::string dir;
+
+  // "VICTIM:STEP:POINT:KIND[,...]"
+  static std::vector<Fault> parse(const std::string& spec) {
+    std::vector<Fault> out;
+    std::istringstream in(spec);
+    std::string one;
+    while (std::getline(in, one, ',')) {
+      Fault f;
+      std::istringstream p(one);
+      std::string v, a;
+      if (!std::getline(p, v, ':') || !std::getline(p, a, ':') || !std::getline(p, f.point, ':') ||
+          !std::getline(p, f.kind))
+        throw std::invalid_argument("--faults: expected VICTIM:STEP:POINT:KIND, got '" + one + "'");
+      f.victim = std::stoi(v);
+      f.at = std::stoll(a);
+      out.push_back(f);
+    }
+    return out;
+  }
+
+  void maybe_strike(int id, int64_t step, const std::string& where) const {
+    const char* restarts = std::getenv("LOCKSTEP_RESTART_COUNT");
+    if (restarts && std::string(restarts) != "0") return;
+    for (const Fault& f : list)
+      if (f.victim == id && f.at == step && f.point == where) {
+        if (where == "allreduce") {  // strike while the reduction runs
+          std::thread([this, f] {
+            std::this_thread::sleep_for(std::chrono::microseconds(300));
+            strike(f);
+          }).detach();
+          return;
+        }
+        strike(f);
+      }
+  }
+
+  void strike(const Fault& f) const {
+    std::ofstream(dir + "/death") << std::to_string(wall_now()) << "\n";
+    if (f.kind == "leave") throw std::runtime_error("an error of this replica's own (the test's)");
+    std::raise(f.kind == "stop" ? SIGSTOP : SIGKILL);
+  }
+};
+
+std::string params_text(torch::nn::Linear& m) {
+  std::ostringstream o;
+  char buf[64];
+  for (auto& p : m->parameters()) {
+    auto flat = p.detach().reshape({-1});
+    for (int64_t i = 0; i < flat.numel(); ++i) {
+      std::snprintf(buf, sizeof buf, "%a ", flat[i].item<double>());
+      o << buf;
+    }
+  }
+  return o.str();
+}
+
+int train(const std::string& dir, int64_t steps, const Faults& fault, double step_sleep,
+          int64_t width) {
+  auto model = make_model();
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
+  lockstep::ft::Manager ft({}, {[&](torch::serialize::OutputArchive& ar) {
+                                  model->save(ar);
+                                  opt.save(ar);
+                                },
+                                [&](torch::serialize::InputArchive& ar) {
+                                  model->load(ar);
+                                  opt.load(ar);
+                                }});
+  const int id = ft.replica_id();
+  std::vector<double> commits;
+  while (ft.step() < steps) {
+    ft.start_step();
+    const int64_t s = ft.step();
+    opt.zero_grad();
+    fault.maybe_strike(id, s, "forward");
+    auto [x, y] = batch(s, id);
+    auto loss = torch::mse_loss(model->forward(x), y);
+    fault.maybe_strike(id, s, "backward");
+    loss.backward();
+    fault.maybe_strike(id, s, "allreduce");
+    std::vector<at::Tensor> g = grads(model);
+    at::Tensor ballast = at::zeros({width}, at::kFloat);  // a reduction that takes a while
+    if (width > 0) g.push_back(ballast);
+    ft.allreduce(g);
+    fault.maybe_strike(id, s, "vote");
+    if (!ft.should_commit()) {
+      std::fprintf(stderr, "replica %d discarded step %ld (quorum %ld, %d replicas): %s\n", id,
+                   long(s), long(ft.quorum_id()), ft.replicas(), ft.last_error().c_str());
+      continue;
+    }
+    fault.maybe_strike(id, s, "optimizer");
+    opt.step();
+    commits.push_back(wall_now());
+    if (step_sleep > 0) std::this_thread::sleep_for(std::chrono::duration<double>(step_sleep));
+  }
+  const auto& st = ft.stats();
+  std::ofstream out(dir + "/replica_" + std::to_string(id) + ".txt");
+  out << "params " << params_text(model) << "\n";
+  out << "stats " << st.committed << " " << st.discarded << " " << st.heals << " "
+      << st.healed_others << " " << st.rebuilds << " " << st.heal_s << " " << st.heal_bytes << "\n";
+  out << "commits";
+  for (double t : commits) out << " " << std::to_string(t);
+  out << "\n";
+  for (const auto& r : ft.history()) {
+    out << "step " << r.step;
+    for (int m : r.members) out << " " << m;
+    out << "\n";
+  }
+  std::printf("replica %d done: %ld committed, %ld discarded, %ld heals (%.3f s, %ld bytes), "
+              "%ld healed others, %ld groups built\n",
+              id, long(st.committed), long(st.discarded), long(st.heals), st.heal_s,
+              long(st.heal_bytes), long(st.healed_others), long(st.rebuilds));
+  return 0;
+}
+
+struct Result {
+  std::vector<double> params;
+  std::map<int64_t, std::vector<int>> history;
+};
+
+Result read_result(const std::string& path) {
+  Result r;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream l(line);
+    std::string word;
+    l >> word;
+    if (word == "params") {
+      std::string v;
+      while (l >> v) r.params.push_back(std::strtod(v.c_str(), nullptr));
+    } else if (word == "step") {
+      int64_t s = 0;
+      int m = 0;
+      l >> s;
+      while (l >> m) r.history[s].push_back(m);
+    }
+  }
+  return r;
+}
+
+int check(const std::string& dir, int replicas, int64_t steps) {
+  std::vector<Result> rs;
+  const Result* full = nullptr;
+  for (int id = 0; id < replicas; ++id) {
+    std::ifstream probe(dir + "/replica_" + std::to_string(id) + ".txt");
+    if (!probe) continue;
+    rs.push_back(read_result(dir + "/replica_" + std::to_string(id) + ".txt"));
+  }
+  for (const auto& r : rs)
+    if (int64_t(r.history.size()) == steps) full = &r;
+  if (rs.empty() || !full) {
+    std::printf("FAIL no replica committed all %ld steps from step 0\n", long(steps));
+    return 1;
+  }
+  int bad = 0;
+  for (const auto& r : rs)
+    if (r.params != rs[0].params) ++bad;
+  std::printf("%s parameters bit-identical on all %zu replicas that finished\n",
+              bad ? "FAIL" : "PASS", rs.size());
+  // The replay: one model, each committed step's gradient the mean over its members.
+  auto model = make_model();
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
+  for (const auto& [s, members] : full->history) {
+    opt.zero_grad();
+    std::vector<at::Tensor> sum;
+    for (int m : members) {
+      opt.zero_grad();
+      auto [x, y] = batch(s, m);
+      torch::mse_loss(model->forward(x), y).backward();
+      auto g = grads(model);
+      if (sum.empty())
+        for (auto& t : g) sum.push_back(t.clone());
+      else
+        for (size_t i = 0; i < g.size(); ++i) sum[i] += g[i];
+    }
+    auto ps = model->parameters();
+    for (size_t i = 0; i < ps.size(); ++i) ps[i].mutable_grad() = sum[i] / double(members.size());
+    opt.step();
+  }
+  double diff = 0;
+  size_t k = 0;
+  for (auto& p : model->parameters()) {
+    auto flat = p.detach().reshape({-1});
+    for (int64_t i = 0; i < flat.numel(); ++i, ++k)
+      diff = std::max(diff, std::abs(flat[i].item<double>() - rs[0].params.at(k)));
+  }
+  const bool ok = diff <= 1e-12;
+  std::printf("%s the replicas equal a single-process replay of the %ld committed steps "
+              "(who took part in each) within 1e-12: max difference %.3g\n",
+              ok ? "PASS" : "FAIL", long(steps), diff);
+  return bad || !ok ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ft_program: a replica for the fault-tolerance tests (tests/fault/ft_test.sh)",
+               "ft_program"};
+  std::string mode, dir;
+  int64_t steps = 40;
+  int replicas = 3;
+  double step_sleep = 0.02;
+  Faults fault;
+  std::string faults;
+  int64_t width = 1 << 20;
+  app.add_option("mode", mode, "train or check")->required()->check(CLI::IsMember({"train", "check"}));
+  app.add_option("dir", dir, "where results go")->required();
+  app.add_option("--steps", steps, "steps to commit");
+  app.add_option("--replicas", replicas, "check: how many replicas the job had");
+  app.add_option("--step-sleep", step_sleep, "seconds each replica sleeps after a commit");
+  app.add_option("--faults", faults,
+                 "VICTIM:STEP:POINT:KIND,... with POINT forward, backward, allreduce, vote or "
+                 "optimizer and KIND kill, stop or leave");
+  app.add_option("--ballast", width,
+                 "float32 zeros reduced with the gradients each step, so a reduction lasts "
+                 "long enough to be struck in (default 1 Mi)");
+  if (auto rc = lockstep::launch::parse_command_line(app, argc, argv, std::cout, std::cerr))
+    return *rc;
+  fault.dir = dir;
+  try {
+    fault.list = Faults::parse(faults);
+    return mode == "train" ? train(dir, steps, fault, step_sleep, width)
+                           : check(dir, replicas, steps);
+  } catch (const std::exception& e) {
+    lockstep::launch::record_error(e.what());
+    std::fprintf(stderr, "ft_program: %s\n", e.what());
+    return 1;
+  }
+}
