@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "coordinator.h"
 #include "exit_status.h"
@@ -58,6 +59,14 @@ AttemptResult Group::run() {
   bool spawned = spawn_all();
   loop();
   drain_output();
+  // Every replica failed: when the quorum service stopped the job, it exits (within 2 s of
+  // its STOP) with the reason, which is the job's.
+  for (int i = 0; i < 60 && opt_.fault_tolerant && ctx_.service_pid > 0 && !service_gone_ &&
+                  first_failed_ >= 0 && !any_succeeded();
+       ++i) {
+    check_service();
+    if (!service_gone_) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   AttemptResult res;
   if (interrupted_by_) {
     print_interrupt_summary();
@@ -291,7 +300,7 @@ void Group::check_service() {
         describe_wait_status(st) +
         ": a fault-tolerant job cannot go on without it (its one single point of failure, "
         "docs/fault-tolerance.md); stopping every rank");
-  if (!tearing_down_) begin_teardown();
+  if (!tearing_down_ && any_running()) begin_teardown();
 }
 
 // The first failure: the others get --notice-seconds to see it in their communication

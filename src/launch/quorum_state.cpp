@@ -69,16 +69,36 @@ void QuorumState::vote(int conn, int64_t quorum_id, int64_t step, bool ok, Clock
     return;
   }
   round_.votes[id] = ok;
-  if (round_.votes.size() == members_.size()) {
-    bool all = true;
-    for (const auto& [voter, v] : round_.votes) all = all && v;
-    round_.decided = true;
-    round_.outcome = all;
-    renew_ = renew_ || !all;
-    if (all) committed_ = std::max(committed_, step + 1);
-    for (const auto& [c, r] : replicas_)
-      if (round_.votes.count(r.id)) send(c, concat("VOTE ", quorum_id, " ", step, " ", all ? 1 : 0));
+  // A member that is gone (lost, or left) will never vote: the step cannot commit.
+  bool all_in = true;
+  for (int m : members_) all_in = all_in && (round_.votes.count(m) || alive(m));
+  if (!all_in) {
+    decide(false);
+    return;
   }
+  if (round_.votes.size() < members_.size()) return;
+  bool all = true;
+  for (const auto& [voter, v] : round_.votes) all = all && v;
+  decide(all);
+}
+
+bool QuorumState::alive(int id) const {
+  for (const auto& [c, r] : replicas_)
+    if (r.id == id) return true;
+  return false;
+}
+
+// The round's outcome, to every member that voted (the others get it when they vote).
+void QuorumState::decide(bool commit) {
+  round_.decided = true;
+  round_.outcome = commit;
+  if (commit)
+    committed_ = std::max(committed_, round_.step + 1);
+  else
+    renew_ = true;
+  for (const auto& [c, r] : replicas_)
+    if (round_.votes.count(r.id))
+      send(c, concat("VOTE ", quorum_id_, " ", round_.step, " ", commit ? 1 : 0));
 }
 
 void QuorumState::lost(int conn) { drop(conn, "its connection closed (the process ended?)"); }
@@ -105,12 +125,7 @@ void QuorumState::drop(int conn, const std::string& why) {
 
 // A member of the quorum gone mid-vote: the step cannot commit anywhere.
 void QuorumState::member_gone(int id) {
-  if (members_.count(id) == 0 || round_.decided || round_.step < 0) return;
-  round_.decided = true;
-  round_.outcome = false;
-  renew_ = true;
-  for (const auto& [c, r] : replicas_)
-    if (round_.votes.count(r.id)) send(c, concat("VOTE ", quorum_id_, " ", round_.step, " 0"));
+  if (members_.count(id) && !round_.decided && round_.step >= 0) decide(false);
 }
 
 std::vector<QuorumState::Message> QuorumState::advance(Clock::time_point now) {

@@ -75,6 +75,8 @@ class QuorumState {
 
   void drop(int conn, const std::string& why);
   void member_gone(int id);
+  bool alive(int id) const;
+  void decide(bool commit);
   void try_form(Clock::time_point now);
   void form(const std::vector<int>& conns);
   void decide_votes();
