@@ -388,7 +388,10 @@ TEST_F(EnvTest, LauncherEnvironmentReadsBack) {
   };
   for (const Case& c : cases) {
     const launch::LaunchOptions o = launch::parse_args(c.args);
-    const launch::GroupContext group{"host-123-456", o.master_port, 1};
+    launch::GroupContext group;
+    group.job_id = "host-123-456";
+    group.master_port = o.master_port;
+    group.restart_count = 1;
     for (int local = 0; local < o.nproc_per_node; ++local) {
       SCOPED_TRACE(testing::Message() << "node " << o.node_rank << " of " << o.nnodes
                                       << ", local rank " << local << " of " << o.nproc_per_node);

@@ -19,6 +19,14 @@ using Args = std::vector<std::string>;
 
 namespace {
 
+GroupContext context(const std::string& job, int port, int restarts) {
+  GroupContext g;
+  g.job_id = job;
+  g.master_port = port;
+  g.restart_count = restarts;
+  return g;
+}
+
 // The UsageError message for args, or "" when they parse.
 std::string usage_error(const Args& args) {
   try {
@@ -152,7 +160,7 @@ TEST(LaunchArgs, RdzvIdAndWhetherThePortWasGiven) {
 TEST(LaunchEnv, TorchrunContract) {
   LaunchOptions o = parse_args({"--nproc-per-node", "4", "--nnodes", "3", "--node-rank", "2",
                                 "--master-addr", "host0", "--max-restarts", "2", "p"});
-  GroupContext g{"job-1", 4242, 1};
+  GroupContext g = context("job-1", 4242, 1);
   EnvMap env = rank_env(o, 3, g, {{"PATH", "/bin"}, {"RANK", "stale"}});
   EXPECT_EQ(env["RANK"], "11");
   EXPECT_EQ(env["LOCAL_RANK"], "3");
@@ -174,7 +182,7 @@ TEST(LaunchEnv, TorchrunContract) {
 TEST(LaunchEnv, UserOmpSettingWins) {
   LaunchOptions o = parse_args({"--nproc-per-node", "2", "p"});
   EnvMap base{{"OMP_NUM_THREADS", "4"}};
-  EXPECT_EQ(rank_env(o, 0, {"j", 1, 0}, base)["OMP_NUM_THREADS"], "4");
+  EXPECT_EQ(rank_env(o, 0, context("j", 1, 0), base)["OMP_NUM_THREADS"], "4");
   EXPECT_FALSE(should_note_omp(o, base));
   EXPECT_TRUE(should_note_omp(o, {}));
   EXPECT_FALSE(should_note_omp(parse_args({"p"}), {}));  // one rank: no note, as torchrun
@@ -182,20 +190,20 @@ TEST(LaunchEnv, UserOmpSettingWins) {
 
 TEST(LaunchEnv, MallocKeepsLargeTensorsInTheHeapUnlessTheUserTunesIt) {
   LaunchOptions o = parse_args({"--nproc-per-node", "2", "p"});
-  EnvMap env = rank_env(o, 0, {"j", 1, 0}, {});
+  EnvMap env = rank_env(o, 0, context("j", 1, 0), {});
   EXPECT_EQ(env["MALLOC_MMAP_MAX_"], "0");
   EXPECT_EQ(env["MALLOC_TRIM_THRESHOLD_"], "17179869184");
   // A setting of the user's wins, variable by variable.
-  env = rank_env(o, 0, {"j", 1, 0}, {{"MALLOC_MMAP_MAX_", "65536"}});
+  env = rank_env(o, 0, context("j", 1, 0), {{"MALLOC_MMAP_MAX_", "65536"}});
   EXPECT_EQ(env["MALLOC_MMAP_MAX_"], "65536");
   EXPECT_EQ(env["MALLOC_TRIM_THRESHOLD_"], "17179869184");
-  env = rank_env(o, 0, {"j", 1, 0}, {{"MALLOC_MMAP_THRESHOLD_", "1073741824"}});
+  env = rank_env(o, 0, context("j", 1, 0), {{"MALLOC_MMAP_THRESHOLD_", "1073741824"}});
   EXPECT_EQ(env.count("MALLOC_MMAP_MAX_"), 0u);  // mmap stays on for the user's threshold
   // Malloc tunables in GLIBC_TUNABLES: leave malloc entirely to them.
-  env = rank_env(o, 0, {"j", 1, 0}, {{"GLIBC_TUNABLES", "glibc.malloc.arena_max=2"}});
+  env = rank_env(o, 0, context("j", 1, 0), {{"GLIBC_TUNABLES", "glibc.malloc.arena_max=2"}});
   EXPECT_EQ(env.count("MALLOC_MMAP_MAX_"), 0u);
   EXPECT_EQ(env.count("MALLOC_TRIM_THRESHOLD_"), 0u);
-  EXPECT_EQ(rank_env(o, 0, {"j", 1, 0}, {{"GLIBC_TUNABLES", "glibc.cpu.x86_shstk=on"}})
+  EXPECT_EQ(rank_env(o, 0, context("j", 1, 0), {{"GLIBC_TUNABLES", "glibc.cpu.x86_shstk=on"}})
                 .count("MALLOC_MMAP_MAX_"),
             1u);
 }
@@ -242,6 +250,40 @@ TEST(LaunchPort, PicksANonZeroPort) {
   int p = pick_free_port();
   EXPECT_GT(p, 0);
   EXPECT_LT(p, 65536);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(LaunchArgs, FaultTolerantFlags) {
+  LaunchOptions o = parse_args({"--fault-tolerant", "--nproc-per-node", "3", "--min-replicas",
+                                "2", "--heartbeat-timeout", "1.5", "--coordinator-port", "0",
+                                "./train"});
+  EXPECT_TRUE(o.fault_tolerant);
+  EXPECT_EQ(o.min_replicas, 2);
+  EXPECT_DOUBLE_EQ(o.heartbeat_timeout, 1.5);
+  EXPECT_EQ(o.coordinator_port, 0);
+  EXPECT_EQ(usage_error({"--fault-tolerant", "--min-replicas", "3", "./train"}),
+            "lockstep-run: --min-replicas 3 is more than the job's 1 replicas");
+  EXPECT_NE(usage_error({"--heartbeat-timeout", "0.1", "./t"}).find("at least 0.5 s"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--coordinator", "./train"}).find("takes no PROGRAM"), std::string::npos);
+  EXPECT_TRUE(parse_args({"--coordinator", "--min-replicas", "2", "--nnodes", "4"}).coordinator);
+  EXPECT_NE(usage_error({"--fault-tolerent", "./t"}).find("did you mean '--fault-tolerant'"),
+            std::string::npos);
+}
+
+TEST(LaunchArgs, FaultTolerantRanksLearnTheService) {
+  LaunchOptions o = parse_args({"--nproc-per-node", "2", "./train"});
+  GroupContext g;
+  g.job_id = "j";
+  g.master_port = 29500;
+  EXPECT_EQ(rank_env(o, 1, g, {}).count("LOCKSTEP_COORDINATOR"), 0u);
+  g.coordinator = "10.0.0.1:4000";
+  EnvMap e = rank_env(o, 1, g, {});
+  EXPECT_EQ(e["LOCKSTEP_COORDINATOR"], "10.0.0.1:4000");
+  EXPECT_EQ(e["LOCKSTEP_REPLICA_ID"], "1");
 }
 
 }  // namespace

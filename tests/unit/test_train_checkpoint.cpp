@@ -179,7 +179,10 @@ TEST(RestartCount, LauncherEnvironmentReadsBack) {
   const launch::LaunchOptions o =
       launch::parse_args({"--nproc-per-node", "2", "--max-restarts", "3", "prog"});
   for (int restart : {0, 1, 3}) {
-    const launch::GroupContext group{"job", 29500, restart};
+    launch::GroupContext group;
+    group.job_id = "job";
+    group.master_port = 29500;
+    group.restart_count = restart;
     const launch::EnvMap env = launch::rank_env(o, 1, group, {});
     for (const char* name :
          {lockstep::env::kRestartCount, lockstep::env::kTorchelasticRestartCount}) {
