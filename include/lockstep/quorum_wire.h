@@ -10,8 +10,10 @@
 //   HB                                      (nothing; a heartbeat)
 //   QUORUM <step>                           QUORUM <quorum id> <max step> <n> <member>...
 //                                             member = <replica id>:<step>:<host>:<port>
+//                                           DONE <step>  (the job finished without it)
 //   VOTE <quorum id> <step> <0|1>           VOTE <quorum id> <step> <0|1>  (commit or not)
-//   BYE                                     (nothing; the replica is done, not lost)
+//   BYE <step>                              (nothing; the replica finished <step> steps
+//                                            and leaves: done, not lost)
 //                                           STOP <reason>  (the job ends; any time)
 //
 // Base layer: no dependencies, includable from every layer (scripts/layers.py).
@@ -32,6 +34,7 @@ struct Member {
 };
 
 struct Quorum {
+  bool done = false;     // DONE: the job finished (at max_step) without this replica
   int64_t id = 0;        // changes whenever the members change
   int64_t max_step = 0;  // the furthest member's step: replicas behind it heal
   std::vector<Member> members;  // sorted by replica id

@@ -47,7 +47,9 @@ bool dispatch(QuorumState& st, int fd, const std::string& line, Clock::time_poin
   st.heard(fd, now);
   if (word == "HB") return true;
   if (word == "BYE") {
-    st.bye(fd);
+    int64_t step = 0;
+    if (!(in >> step)) return false;
+    st.bye(fd, step);
     return true;
   }
   if (word == "HELLO") {

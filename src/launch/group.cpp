@@ -271,6 +271,10 @@ void Group::replica_failed(std::size_t i) {
   if (first_failed_ < 0) first_failed_ = int(i);
   const std::string how = describe_wait_status(ranks_[i].status);
   const std::string name = "rank " + std::to_string(ranks_[i].rank);
+  if (any_succeeded()) {
+    say(name + " failed (" + how + ") after other replicas finished the job; not restarted");
+    return;
+  }
   if (ft_restarts_ >= opt_.max_restarts) {
     say(name + " failed (" + how + "); not restarted (--max-restarts " +
         std::to_string(opt_.max_restarts) + " used); the other replicas go on without it");

@@ -103,11 +103,12 @@ void QuorumState::decide(bool commit) {
 
 void QuorumState::lost(int conn) { drop(conn, "its connection closed (the process ended?)"); }
 
-void QuorumState::bye(int conn) {
+void QuorumState::bye(int conn, int64_t step) {
   auto it = replicas_.find(conn);
   if (it == replicas_.end()) return;
   const int id = it->second.id;
-  log_.push_back(concat("replica ", id, " left (done)"));
+  log_.push_back(concat("replica ", id, " left (done after ", step, " steps)"));
+  if (step >= committed_ && committed_ > 0) finished_ = true;
   replicas_.erase(it);
   closed_.push_back(conn);
   member_gone(id);
@@ -163,7 +164,15 @@ void QuorumState::try_form(Clock::time_point now) {
   int64_t furthest = 0;
   for (int c : askers) furthest = std::max(furthest, replicas_[c].step);
   // Never go back: a quorum must hold someone with the last committed state to heal from.
-  if (furthest < committed_) return;
+  // When the replicas that held it finished the job and left, the askers are too late.
+  if (furthest < committed_) {
+    if (finished_)
+      for (int c : askers) {
+        replicas_[c].asking = false;
+        send(c, concat("DONE ", committed_));
+      }
+    return;
+  }
   if (int(askers.size()) < config_.min_replicas) {
     std::vector<int> ids;
     for (int c : askers) ids.push_back(replicas_[c].id);

@@ -44,7 +44,7 @@ class QuorumState {
   void request(int conn, int64_t step, Clock::time_point now);
   void vote(int conn, int64_t quorum_id, int64_t step, bool ok, Clock::time_point now);
   void lost(int conn);  // the connection closed
-  void bye(int conn);   // the replica is done and leaves (not a failure)
+  void bye(int conn, int64_t step);  // done after `step` steps; leaves (not a failure)
 
   // Applies the timers (lost heartbeats, quorum formation, stragglers) and returns every
   // message to send since the last call. Connections in closed() should be closed.
@@ -92,6 +92,7 @@ class QuorumState {
   // members, so every member rebuilds its group (some may hold a broken one).
   bool renew_ = false;
   int64_t committed_ = 0;  // steps committed so far (a quorum never starts behind them)
+  bool finished_ = false;  // a replica finished the job (BYE at the committed step)
   Round round_;
   std::vector<Message> out_;
   std::vector<int> closed_;

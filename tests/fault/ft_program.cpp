@@ -128,21 +128,28 @@ std::string params_text(torch::nn::Linear& m) {
 }
 
 int train(const std::string& dir, int64_t steps, const Faults& fault, double step_sleep,
-          int64_t width) {
+          int64_t width, int64_t state_mb) {
   auto model = make_model();
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
+  // Extra state a joiner receives with the model (as a large optimizer state would be).
+  at::Tensor extra = at::full({state_mb << 18}, 1.0f);
   lockstep::ft::Manager ft({}, {[&](torch::serialize::OutputArchive& ar) {
                                   model->save(ar);
                                   opt.save(ar);
+                                  ar.write("extra", extra);
                                 },
                                 [&](torch::serialize::InputArchive& ar) {
                                   model->load(ar);
                                   opt.load(ar);
+                                  ar.read("extra", extra);
                                 }});
   const int id = ft.replica_id();
   std::vector<double> commits;
   while (ft.step() < steps) {
-    ft.start_step();
+    if (!ft.start_step()) {
+      std::printf("replica %d: the job finished without it\n", id);
+      return 0;
+    }
     const int64_t s = ft.step();
     opt.zero_grad();
     fault.maybe_strike(id, s, "forward");
@@ -277,6 +284,7 @@ int main(int argc, char** argv) {
   Faults fault;
   std::string faults;
   int64_t width = 1 << 20;
+  int64_t state_mb = 0;
   app.add_option("mode", mode, "train or check")->required()->check(CLI::IsMember({"train", "check"}));
   app.add_option("dir", dir, "where results go")->required();
   app.add_option("--steps", steps, "steps to commit");
@@ -288,12 +296,13 @@ int main(int argc, char** argv) {
   app.add_option("--ballast", width,
                  "float32 zeros reduced with the gradients each step, so a reduction lasts "
                  "long enough to be struck in (default 1 Mi)");
+  app.add_option("--state-mb", state_mb, "MB of extra state a joiner receives when it heals");
   if (auto rc = lockstep::launch::parse_command_line(app, argc, argv, std::cout, std::cerr))
     return *rc;
   fault.dir = dir;
   try {
     fault.list = Faults::parse(faults);
-    return mode == "train" ? train(dir, steps, fault, step_sleep, width)
+    return mode == "train" ? train(dir, steps, fault, step_sleep, width, state_mb)
                            : check(dir, replicas, steps);
   } catch (const std::exception& e) {
     lockstep::launch::record_error(e.what());

@@ -23,14 +23,17 @@ on_fail() {
   fi
 }
 
-# job NAME FAULTS [LOCKSTEP-RUN FLAGS...]: one 40-step job; sets $out, $dir and $rc.
+# job NAME FAULTS [LOCKSTEP-RUN FLAGS...]: one $steps-step job (about 20 ms a step: time
+# for a restarted replica to start and join before the others finish, even on a loaded
+# host); sets $out, $dir and $rc.
+steps=200
 job() {
   local name=$1 faults=$2
   shift 2
   dir=$tmp/$name; out=$tmp/$name.out
   mkdir -p "$dir"
   timeout 120 "$run" --fault-tolerant --nproc-per-node 3 --grace-seconds 2 "$@" \
-    "$prog" train "$dir" --steps 40 --faults "$faults" >"$out" 2>&1
+    "$prog" train "$dir" --steps "$steps" --faults "$faults" >"$out" 2>&1
   rc=$?
   [[ $rc -eq 124 ]] && fail "$name: the job hung (killed by timeout after 120 s)"
 }
@@ -55,7 +58,7 @@ went_on() {
       pass "$name: replica $r committed its next step $s s after the failure"
     else fail "$name: replica $r's next commit came ${s:-never} after the failure (bound $limit s)"; fi
   done
-  local verdict; verdict=$("$prog" check "$dir" --steps 40)
+  local verdict; verdict=$("$prog" check "$dir" --steps "$steps")
   if [[ $(grep -c '^PASS' <<<"$verdict") == 2 ]]; then
     pass "$name: $(tail -1 <<<"$verdict" | cut -c6-)"
   else fail "$name: $verdict"; fi
@@ -102,12 +105,32 @@ if [[ $rc == 3 ]] && has "$out" "stopping the job: fewer than --min-replicas 3 r
   pass "below-min: exit 3, naming --min-replicas 3 and the 2 replicas left"
 else fail "below-min: exit $rc: $(grep -m2 'quorum service' "$out" | tail -1)"; fi
 
+# Elastic join: a replica started by hand (as on a new node) joins the running 2-replica
+# job at a step boundary, heals, and finishes with the others.
+dir=$tmp/join; out=$tmp/join.out; mkdir -p "$dir"
+timeout 120 "$run" --fault-tolerant --nproc-per-node 2 --grace-seconds 2 \
+  "$prog" train "$dir" --steps 150 >"$out" 2>&1 &
+launcher=$!
+wait_until 30 grep -qF "quorum service: quorum 1:" "$out" 2>/dev/null
+address=$(grep -o 'quorum service on [^ ]*' "$out" | cut -d' ' -f4)
+LOCKSTEP_COORDINATOR=$address LOCKSTEP_REPLICA_ID=2 timeout 120 "$prog" train "$dir" --steps 150 \
+  >"$tmp/joiner.out" 2>&1
+joiner_rc=$?
+wait "$launcher"; rc=$?
+if [[ $rc == 0 && $joiner_rc == 0 ]] && grep -q "quorum service: quorum 2: replicas 0,1,2 (3)" "$out" &&
+  grep -q "replica 2 done: .* 1 heals" "$tmp/joiner.out"; then
+  pass "join: a third replica joined the running job, healed and finished: $(grep -o '[0-9]* committed, .*heals ([^)]*)' "$tmp/joiner.out")"
+else fail "join: job exit $rc, joiner exit $joiner_rc: $(tail -2 "$tmp/joiner.out")"; fi
+verdict=$("$prog" check "$dir" --steps 150 --replicas 3)
+if [[ $(grep -c '^PASS' <<<"$verdict") == 2 ]]; then pass "join: $(tail -1 <<<"$verdict" | cut -c6-)"
+else fail "join: $verdict"; fi
+
 # The quorum service killed: the one single point of failure ends the job, clearly, fast.
 dir=$tmp/service; out=$tmp/service.out; mkdir -p "$dir"
 timeout 120 "$run" --fault-tolerant --nproc-per-node 3 --grace-seconds 2 \
   "$prog" train "$dir" --steps 100000 >"$out" 2>&1 &
 launcher=$!
-wait_until 30 has "$out" "quorum service: quorum 1:"
+wait_until 30 grep -qF "quorum service: quorum 1:" "$out" 2>/dev/null
 service=$(grep -o 'quorum service on [^ ]* (pid [0-9]*' "$out" | grep -o '[0-9]*$')
 killed_at=$(now)
 kill -9 "$service"

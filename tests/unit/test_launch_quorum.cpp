@@ -218,6 +218,18 @@ TEST(Quorum, NeverGoesBackBehindTheCommittedStep) {
   EXPECT_TRUE(h.take(2).empty());
 }
 
+TEST(Quorum, ALatecomerToAFinishedJobIsToldItIsDone) {
+  Harness h(config(2));
+  h.join(0);
+  h.join(1);
+  run_steps(h, 4, {0, 1});
+  h.st.bye(0, 4);
+  h.st.bye(1, 4);
+  h.join(2);  // restarted too slowly: the others finished
+  h.st.request(2, 0, h.now);
+  EXPECT_EQ(h.take(2), std::vector<std::string>{"DONE 4"});
+}
+
 TEST(Quorum, SilentReplicaIsLostAfterTheHeartbeatTimeout) {
   Harness h(config(2));
   h.join(0);
@@ -257,9 +269,9 @@ TEST(Quorum, ByeIsNotALossButFailsAnOpenVote) {
   h.join(0);
   h.join(1);
   run_steps(h, 1, {0, 1});
-  h.st.bye(0);
+  h.st.bye(0, 1);
   bool left = false;
-  for (const auto& l : h.st.take_log()) left = left || l == "replica 0 left (done)";
+  for (const auto& l : h.st.take_log()) left = left || l == "replica 0 left (done after 1 steps)";
   EXPECT_TRUE(left);
   h.st.request(1, 1, h.now);
   h.tick(10);

@@ -72,7 +72,7 @@ Manager::Manager(ManagerOptions options, StateFns state)
 Manager::~Manager() {
   // Done (BYE) or failed (an exception unwinds: close without a word, so the service counts
   // the replica lost, and restarts can heal it).
-  if (std::uncaught_exceptions() > 0) client_->abandon();
+  if (std::uncaught_exceptions() == 0) client_->bye(step_);
   client_.reset();  // first: the others must not wait for this replica
   group_.reset();
 }
@@ -82,11 +82,15 @@ comm::ProcessGroup& Manager::group() {
   return *group_;
 }
 
-void Manager::start_step() {
+bool Manager::start_step() {
   step_start_ = Clock::now();
   failed_ = false;
   last_error_.clear();
   const quorum_wire::Quorum q = client_->quorum(step_, options_.quorum_timeout);
+  if (q.done) {
+    done_ = true;
+    return false;
+  }
   members_.clear();
   rank_ = -1;
   for (const auto& m : q.members) {
@@ -104,6 +108,7 @@ void Manager::start_step() {
     fail(e.what());
   }
   if (step_ != quorum_step_ && !failed_) fail("this replica is behind its quorum and was not healed");
+  return true;
 }
 
 void Manager::rebuild(const quorum_wire::Quorum& q) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace lockstep::ft {
@@ -71,13 +72,14 @@ QuorumClient::~QuorumClient() {
   }
   beat_cv_.notify_all();
   if (beater_.joinable()) beater_.join();
-  if (!broken_) {
-    try {
-      send_line("BYE");
-    } catch (...) {  // the service is gone: nothing to tell it
-    }
-  }
   if (fd_ >= 0) close(fd_);
+}
+
+void QuorumClient::bye(int64_t step) noexcept {
+  try {
+    send_line(concat("BYE ", step));
+  } catch (...) {  // the service is gone: nothing to tell it
+  }
 }
 
 void QuorumClient::beat() {
@@ -115,7 +117,7 @@ void QuorumClient::lost(const std::string& why) const {
                     false);
 }
 
-std::string QuorumClient::await(const std::string& word, comm::Millis timeout) {
+std::string QuorumClient::await(const std::vector<std::string>& words, comm::Millis timeout) {
   const auto until = Clock::now() + timeout;
   for (;;) {
     const auto nl = pending_.find('\n');
@@ -125,12 +127,13 @@ std::string QuorumClient::await(const std::string& word, comm::Millis timeout) {
       if (line.compare(0, 5, "STOP ") == 0)
         throw QuorumError("fault tolerance: the quorum service stopped the job: " + line.substr(5),
                           true);
-      if (line.compare(0, word.size() + 1, word + " ") == 0) return line;
+      for (const std::string& word : words)
+        if (line.compare(0, word.size() + 1, word + " ") == 0) return line;
       continue;  // a reply to an earlier request that timed out here
     }
     const auto left = std::chrono::duration_cast<comm::Millis>(until - Clock::now()).count();
     if (left <= 0)
-      throw QuorumError(concat("fault tolerance: no ", word, " reply from the quorum service at ",
+      throw QuorumError(concat("fault tolerance: no ", words.front(), " reply from the quorum service at ",
                                address_, " within ", timeout.count() / 1000.0, " s"),
                         false);
     pollfd p{fd_, POLLIN, 0};
@@ -150,8 +153,13 @@ std::string QuorumClient::await(const std::string& word, comm::Millis timeout) {
 
 quorum_wire::Quorum QuorumClient::quorum(int64_t step, comm::Millis timeout) {
   send_line(concat("QUORUM ", step));
-  const std::string line = await("QUORUM", timeout);
+  const std::string line = await({"QUORUM", "DONE"}, timeout);
   quorum_wire::Quorum q;
+  if (line.compare(0, 5, "DONE ") == 0) {
+    q.done = true;
+    q.max_step = std::atoll(line.c_str() + 5);
+    return q;
+  }
   if (!quorum_wire::parse_quorum(line, &q))
     lost("it sent a malformed quorum '" + line.substr(0, 120) + "'");
   return q;
@@ -160,7 +168,7 @@ quorum_wire::Quorum QuorumClient::quorum(int64_t step, comm::Millis timeout) {
 bool QuorumClient::vote(int64_t quorum_id, int64_t step, bool ok, comm::Millis timeout) {
   send_line(concat("VOTE ", quorum_id, " ", step, " ", ok ? 1 : 0));
   for (;;) {
-    const std::string line = await("VOTE", timeout);
+    const std::string line = await({"VOTE"}, timeout);
     int64_t q = 0, s = 0;
     int decision = 0;
     if (std::sscanf(line.c_str(), "VOTE %ld %ld %d", &q, &s, &decision) != 3)

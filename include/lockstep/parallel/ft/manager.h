@@ -14,7 +14,7 @@
 //   lockstep::ft::Manager ft({}, {[&](auto& ar) { model->save(ar); opt.save(ar); },
 //                                 [&](auto& ar) { model->load(ar); opt.load(ar); }});
 //   while (ft.step() < steps) {
-//     ft.start_step();                         // quorum; rebuild; heal if behind
+//     if (!ft.start_step()) break;             // quorum; rebuild; heal if behind
 //     opt.zero_grad();
 //     loss(model->forward(batch(ft.step(), ft.replica_rank(), ft.replicas()))).backward();
 //     ft.allreduce(grads_of(model));           // never throws: a failure fails the step
@@ -93,7 +93,9 @@ class Manager {
   // the members changed or the last step failed, and heals this replica when it is behind
   // the others (or heals the replicas behind it). Throws QuorumError when the service
   // stopped the job or is gone; anything else that fails here fails the step instead.
-  void start_step();
+  // False when the job is over: the others finished it and left (a replica restarted or
+  // started too late); the caller ends its loop.
+  [[nodiscard]] bool start_step();
   // Averages the tensors over the step's members, in place (one coalesced allreduce per
   // dtype). Never throws: a failure aborts the group and fails the step.
   void allreduce(std::vector<at::Tensor> tensors);
@@ -104,6 +106,7 @@ class Manager {
   bool should_commit();
 
   int64_t step() const { return step_; }           // committed steps (the step being made)
+  bool done() const { return done_; }              // start_step() found the job finished
   int replica_id() const { return replica_id_; }
   int replica_rank() const { return rank_; }       // index among the step's members
   int replicas() const { return int(members_.size()); }
@@ -134,6 +137,7 @@ class Manager {
   int rank_ = 0;
   int64_t step_ = 0;
   bool failed_ = false;
+  bool done_ = false;
   std::string last_error_;
   std::chrono::steady_clock::time_point step_start_;
   ManagerStats stats_;

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace lockstep::ft {
 
@@ -42,26 +43,26 @@ class QuorumClient {
   QuorumClient(const std::string& address, int replica_id, const std::string& store_host,
                int store_port, comm::Millis heartbeat = comm::Millis(250),
                comm::Millis connect_timeout = comm::Millis(10000));
-  // Says BYE (a replica that is done is not a lost one) and closes.
+  // Closes; the service counts the replica lost unless it said bye() first.
   ~QuorumClient();
   QuorumClient(const QuorumClient&) = delete;
   QuorumClient& operator=(const QuorumClient&) = delete;
 
   // Asks to start step `step` and waits up to `timeout` for the quorum (a joiner waits for
-  // the members' next step boundary).
+  // the members' next step boundary). Quorum::done when the job finished without it.
   quorum_wire::Quorum quorum(int64_t step, comm::Millis timeout);
   // This replica's vote on `step` of quorum `quorum_id`; returns the service's decision
   // (true: every member of the quorum voted ok).
   bool vote(int64_t quorum_id, int64_t step, bool ok, comm::Millis timeout);
 
-  // Leave without BYE: the service counts this replica lost (it failed), not done.
-  void abandon() { broken_ = true; }
+  // The replica finished `step` steps and leaves (done, not lost). Never throws.
+  void bye(int64_t step) noexcept;
   const std::string& address() const { return address_; }
 
  private:
   void send_line(const std::string& line);
-  // The next line starting with `word` (STOP throws); skips others.
-  std::string await(const std::string& word, comm::Millis timeout);
+  // The next line whose first word is one of `words` (STOP throws); skips others.
+  std::string await(const std::vector<std::string>& words, comm::Millis timeout);
   [[noreturn]] void lost(const std::string& why) const;
   void beat();
 
