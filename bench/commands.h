@@ -21,6 +21,7 @@ Command checkpoint_command(CLI::App& bench);
 Command collectives_command(CLI::App& bench);
 Command compression_command(CLI::App& bench);
 Command ddp_command(CLI::App& bench);
+Command faults_command(CLI::App& bench);
 Command fsdp_command(CLI::App& bench);
 Command memory_command(CLI::App& bench);
 Command optimizer_command(CLI::App& bench);

@@ -1,8 +1,11 @@
 // A replica for the fault-tolerance tests (tests/fault/ft_test.sh), run under
 // lockstep-run --fault-tolerant. Modes:
 //   train DIR   fp64 linear regression with momentum SGD through lockstep::ft::Manager for
-//               --steps steps. Replica id R's batch at step s depends on (s, R) only, so
-//               a run can be replayed from its history of who committed which step. The
+//               --steps steps, over a fixed data set of 600 samples dealt by
+//               lockstep::data::ElasticSampler (8 per replica and step) over the replicas of
+//               each step, its position healed with the model. A step's batches depend on
+//               the sampler's state and the step's members only, so a run can be replayed
+//               from its history of who committed which step. The
 //               --faults name who fails, in which step, where in it and how (a replica
 //               fails in its first life only) after writing the wall-clock time to
 //               DIR/death. At the end each
@@ -10,7 +13,9 @@
 //               the wall-clock time of every commit, and the history it committed.
 //   check DIR   replays the longest history in one process and compares: every replica's
 //               parameters bit-identical to each other, and equal to the replay within
-//               1e-12 (fp64; the allreduce sums in another order than the replay).
+//               1e-12 (fp64; the allreduce sums in another order than the replay); and in
+//               the replay every sample was used exactly once in each completed epoch.
+#include <lockstep/data/elastic_sampler.h>
 #include <lockstep/launch/cli.h>
 #include <lockstep/launch/error_file.h>
 #include <lockstep/parallel/ft/manager.h>
@@ -29,21 +34,38 @@
 
 namespace {
 
-constexpr int64_t kDim = 64, kBatch = 32;
+constexpr int64_t kDim = 64, kBatch = 8, kSamples = 600;
 constexpr double kLr = 0.02, kMomentum = 0.9;
 
 double wall_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// Replica `id`'s batch at step `step`: the same wherever and whenever it is computed.
-std::pair<at::Tensor, at::Tensor> batch(int64_t step, int id) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(uint64_t(step) * 1000003u + uint64_t(id));
-  const auto opt = at::TensorOptions().dtype(at::kDouble);
-  at::Tensor x = at::randn({kBatch, kDim}, gen, opt);
-  at::Tensor w_true = at::linspace(-1, 1, kDim, opt).unsqueeze(1);
-  at::Tensor y = at::mm(x, w_true) + 0.1 * at::randn({kBatch, 1}, gen, opt);
-  return {x, y};
+// The data set: the same wherever and whenever it is made.
+struct Data {
+  at::Tensor x, y;
+  Data() {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(12345);
+    const auto opt = at::TensorOptions().dtype(at::kDouble);
+    x = at::randn({kSamples, kDim}, gen, opt);
+    y = at::mm(x, at::linspace(-1, 1, kDim, opt).unsqueeze(1)) +
+        0.1 * at::randn({kSamples, 1}, gen, opt);
+  }
+};
+
+lockstep::data::ElasticSampler make_sampler() {
+  lockstep::data::ElasticSamplerOptions o;
+  o.seed = 99;
+  return lockstep::data::ElasticSampler(kSamples, kBatch, o);
+}
+
+// Forward and backward of `model` on the samples `idx` (possibly none, at an epoch's end:
+// zero gradients). The loss is a sum over the batch / kBatch, so every replica's share
+// weighs by its samples.
+void backward_on(torch::nn::Linear& model, const Data& d, const std::vector<int64_t>& idx) {
+  const at::Tensor i = at::tensor(idx, at::kLong);
+  const at::Tensor err = model->forward(d.x.index_select(0, i)) - d.y.index_select(0, i);
+  (err.pow(2).sum() / double(kBatch)).backward();
 }
 
 torch::nn::Linear make_model() {
@@ -131,17 +153,24 @@ int train(const std::string& dir, int64_t steps, const Faults& fault, double ste
           int64_t width, int64_t state_mb) {
   auto model = make_model();
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
+  const Data data;
+  auto sampler = make_sampler();
   // Extra state a joiner receives with the model (as a large optimizer state would be).
   at::Tensor extra = at::full({state_mb << 18}, 1.0f);
   lockstep::ft::Manager ft({}, {[&](torch::serialize::OutputArchive& ar) {
                                   model->save(ar);
                                   opt.save(ar);
                                   ar.write("extra", extra);
+                                  const auto [e, c] = sampler.state();
+                                  ar.write("sampler", at::tensor({e, c}, at::kLong));
                                 },
                                 [&](torch::serialize::InputArchive& ar) {
                                   model->load(ar);
                                   opt.load(ar);
                                   ar.read("extra", extra);
+                                  at::Tensor pos;
+                                  ar.read("sampler", pos);
+                                  sampler.set_state(pos[0].item<int64_t>(), pos[1].item<int64_t>());
                                 }});
   const int id = ft.replica_id();
   std::vector<double> commits;
@@ -153,10 +182,9 @@ int train(const std::string& dir, int64_t steps, const Faults& fault, double ste
     const int64_t s = ft.step();
     opt.zero_grad();
     fault.maybe_strike(id, s, "forward");
-    auto [x, y] = batch(s, id);
-    auto loss = torch::mse_loss(model->forward(x), y);
+    const auto idx = sampler.batch(ft.replica_rank(), ft.replicas());
     fault.maybe_strike(id, s, "backward");
-    loss.backward();
+    backward_on(model, data, idx);
     fault.maybe_strike(id, s, "allreduce");
     std::vector<at::Tensor> g = grads(model);
     at::Tensor ballast = at::zeros({width}, at::kFloat);  // a reduction that takes a while
@@ -170,6 +198,7 @@ int train(const std::string& dir, int64_t steps, const Faults& fault, double ste
     }
     fault.maybe_strike(id, s, "optimizer");
     opt.step();
+    sampler.commit(ft.replicas());
     commits.push_back(wall_now());
     if (step_sleep > 0) std::this_thread::sleep_for(std::chrono::duration<double>(step_sleep));
   }
@@ -238,16 +267,23 @@ int check(const std::string& dir, int replicas, int64_t steps) {
     if (r.params != rs[0].params) ++bad;
   std::printf("%s parameters bit-identical on all %zu replicas that finished\n",
               bad ? "FAIL" : "PASS", rs.size());
-  // The replay: one model, each committed step's gradient the mean over its members.
+  // The replay: one model, each committed step's gradient the mean over its members, each
+  // member's batch dealt by the sampler as on the replicas.
   auto model = make_model();
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
+  const Data data;
+  auto sampler = make_sampler();
+  std::map<int64_t, std::vector<int>> uses;  // epoch -> uses of each sample
   for (const auto& [s, members] : full->history) {
-    opt.zero_grad();
+    const int n = int(members.size());
     std::vector<at::Tensor> sum;
-    for (int m : members) {
+    for (int r = 0; r < n; ++r) {
       opt.zero_grad();
-      auto [x, y] = batch(s, m);
-      torch::mse_loss(model->forward(x), y).backward();
+      const auto idx = sampler.batch(r, n);
+      auto& u = uses[sampler.epoch()];
+      u.resize(kSamples);
+      for (int64_t i : idx) ++u[size_t(i)];
+      backward_on(model, data, idx);
       auto g = grads(model);
       if (sum.empty())
         for (auto& t : g) sum.push_back(t.clone());
@@ -255,9 +291,19 @@ int check(const std::string& dir, int replicas, int64_t steps) {
         for (size_t i = 0; i < g.size(); ++i) sum[i] += g[i];
     }
     auto ps = model->parameters();
-    for (size_t i = 0; i < ps.size(); ++i) ps[i].mutable_grad() = sum[i] / double(members.size());
+    for (size_t i = 0; i < ps.size(); ++i) ps[i].mutable_grad() = sum[i] / double(n);
     opt.step();
+    sampler.commit(n);
   }
+  int64_t epochs = 0, wrong = 0;
+  for (const auto& [e, u] : uses) {
+    if (e >= sampler.epoch()) continue;  // not completed
+    ++epochs;
+    for (int c : u) wrong += c != 1;
+  }
+  std::printf("%s every sample used exactly once in each of the %ld completed epochs, "
+              "whatever the replica counts (%ld uses off)\n",
+              wrong || epochs == 0 ? "FAIL" : "PASS", long(epochs), long(wrong));
   double diff = 0;
   size_t k = 0;
   for (auto& p : model->parameters()) {
@@ -269,7 +315,7 @@ int check(const std::string& dir, int replicas, int64_t steps) {
   std::printf("%s the replicas equal a single-process replay of the %ld committed steps "
               "(who took part in each) within 1e-12: max difference %.3g\n",
               ok ? "PASS" : "FAIL", long(steps), diff);
-  return bad || !ok ? 1 : 0;
+  return bad || !ok || wrong || epochs == 0 ? 1 : 0;
 }
 
 }  // namespace

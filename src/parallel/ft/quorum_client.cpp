@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -171,7 +173,7 @@ bool QuorumClient::vote(int64_t quorum_id, int64_t step, bool ok, comm::Millis t
     const std::string line = await({"VOTE"}, timeout);
     int64_t q = 0, s = 0;
     int decision = 0;
-    if (std::sscanf(line.c_str(), "VOTE %ld %ld %d", &q, &s, &decision) != 3)
+    if (std::sscanf(line.c_str(), "VOTE %" SCNd64 " %" SCNd64 " %d", &q, &s, &decision) != 3)
       lost("it sent a malformed vote '" + line.substr(0, 120) + "'");
     if (q == quorum_id && s == step) return decision != 0;
   }

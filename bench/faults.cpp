@@ -1,0 +1,251 @@
+// lockstep-bench faults: a soak of fault-tolerant training. The same job runs three times
+// in one run: without faults; fault tolerant (lockstep-run --fault-tolerant,
+// lockstep::ft::Manager) while a replica is SIGKILLed every --fault-every seconds (at a
+// random moment, so at a random point of a step); and, with the same fault schedule,
+// today's path (lockstep-run --max-restarts, every rank restarts and resumes from the
+// newest checkpoint). It reports faults injected, steps committed against attempted, the
+// replica-step efficiency against its bound, heal times, hangs and unrecoverable errors,
+// and each path's wall time (docs/fault-tolerance.md, docs/benchmarks.md).
+#include "commands.h"
+#include "faults_bench.h"
+#include "bench_util.h"
+#include "jobs.h"
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <thread>
+
+namespace lockstep::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Event {
+  double t = 0;
+  std::string what;
+  double a = 0, b = 0;
+};
+
+// Every replica's (or rank's) event log: DIR/log_<id>, lines "<time> <what> [a] [b]".
+std::map<int, std::vector<Event>> read_logs(const std::string& dir, int replicas) {
+  std::map<int, std::vector<Event>> logs;
+  for (int id = 0; id < replicas; ++id) {
+    std::ifstream in(dir + "/log_" + std::to_string(id));
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream l(line);
+      Event e;
+      l >> e.t >> e.what >> e.a >> e.b;
+      logs[id].push_back(e);
+    }
+  }
+  return logs;
+}
+
+pid_t pid_of(const std::string& dir, int id) {
+  std::ifstream in(dir + "/pid_" + std::to_string(id));
+  pid_t p = 0;
+  in >> p;
+  return p > 0 && ::kill(p, 0) == 0 ? p : 0;
+}
+
+// Whether replica `id`'s newest event is a commit: it holds the job's state.
+bool committing(const std::string& dir, int id) {
+  std::ifstream in(dir + "/log_" + std::to_string(id));
+  std::string line, last;
+  while (std::getline(in, line)) last = line;
+  return last.find(" commit ") != std::string::npos;
+}
+
+struct Fault {
+  double t;
+  int victim;
+};
+
+// SIGKILLs a replica every [0.5, 1.5] x `every` seconds while the job runs. Fault tolerant:
+// only replicas that are committing, and only while another one is (killing the last
+// holder of the state is a total loss, which no replica scheme survives).
+std::vector<Fault> inject(const FaultsOptions& o, const std::string& dir, bool ft,
+                          const std::atomic<bool>& running) {
+  std::mt19937_64 rng(o.seed);
+  std::uniform_real_distribution<double> gap(0.5 * o.fault_every, 1.5 * o.fault_every);
+  std::vector<Fault> faults;
+  double next = now_s() + gap(rng);
+  while (running) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (now_s() < next) continue;
+    std::vector<int> candidates;
+    for (int id = 0; id < o.replicas; ++id)
+      if (pid_of(dir, id) && (!ft || committing(dir, id))) candidates.push_back(id);
+    if (candidates.size() < (ft ? 2u : 1u)) continue;
+    const int victim = candidates[rng() % candidates.size()];
+    if (::kill(pid_of(dir, victim), SIGKILL) == 0)
+      faults.push_back({std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(), victim});
+    next = now_s() + gap(rng);
+  }
+  return faults;
+}
+
+struct Outcome {
+  std::string name;
+  JobOutput job;
+  double wall = 0;
+  std::vector<Fault> faults;
+  std::map<int, std::vector<Event>> logs;
+};
+
+std::string job_command(const FaultsOptions& o, const std::string& dir, bool ft, double limit) {
+  std::ostringstream c;
+  c << "timeout " << limit << " env " << rank_environment() << "LOCKSTEP_BACKEND=" << o.backend
+    << " " << LOCKSTEP_RUN_PATH << " --nproc-per-node " << o.replicas
+    << (ft ? " --fault-tolerant" : "") << " --max-restarts 100000 --master-port 0 "
+    << self_command() << " faults --worker --mode " << (ft ? "ft" : "restart") << " --dir '"
+    << dir << "' --steps " << o.steps << " --step-ms " << o.step_ms << " --ballast " << o.ballast
+    << " --checkpoint-every " << o.checkpoint_every;
+  return c.str();
+}
+
+// One job; `limit`: seconds after which it is stopped (status 124).
+Outcome run(const FaultsOptions& o, const std::string& name, bool ft, bool faults, double limit) {
+  std::printf("running %s ...\n", name.c_str());
+  std::fflush(stdout);
+  Outcome out;
+  out.name = name;
+  const std::string dir = (fs::temp_directory_path() / ("lockstep-faults-" + std::to_string(::getpid()) + "-" + name)).string();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::atomic<bool> running{true};
+  const double t0 = now_s();
+  std::thread job([&] {
+    out.job = run_job_quiet(job_command(o, dir, ft, limit));
+    running = false;
+  });
+  if (faults) out.faults = inject(o, dir, ft, running);
+  job.join();
+  out.wall = now_s() - t0;
+  out.logs = read_logs(dir, o.replicas);
+  fs::remove_all(dir);
+  return out;
+}
+
+struct Tally {
+  int64_t committed = 0, discarded = 0, steps = 0, heals = 0, starts = 0;
+  std::vector<double> heal_s;
+  double down_s = 0;  // replica-seconds the faults took out: kill -> the victim's next commit
+};
+
+Tally tally(const Outcome& r) {
+  Tally t;
+  double end = 0;
+  for (const auto& [id, events] : r.logs)
+    for (const Event& e : events) {
+      end = std::max(end, e.t);
+      if (e.what == "commit") ++t.committed, t.steps = std::max(t.steps, int64_t(e.a) + 1);
+      if (e.what == "discard") ++t.discarded;
+      if (e.what == "start") ++t.starts;
+      if (e.what == "heal") ++t.heals, t.heal_s.push_back(e.a);
+    }
+  for (const Fault& f : r.faults) {
+    double back = end;
+    for (const Event& e : r.logs.at(f.victim))
+      if (e.t > f.t && e.what == "commit") {
+        back = e.t;
+        break;
+      }
+    t.down_s += back - f.t;
+  }
+  return t;
+}
+
+bool timed_out(const JobOutput& j) { return WIFEXITED(j.status) && WEXITSTATUS(j.status) == 124; }
+
+// ok, error N, hung (a fault-tolerant job past --timeout) or unfinished (today's path
+// stopped at its limit: slow, not stuck).
+std::string status_of(const Outcome& r) {
+  if (timed_out(r.job)) return r.name == "restart-all" ? "unfinished" : "hung";
+  return r.job.status == 0 ? "ok" : "error " + std::to_string(WEXITSTATUS(r.job.status));
+}
+
+int driver(const FaultsOptions& o) {
+  std::printf("%d replicas (%s), %lld steps of %.0f ms, a SIGKILL every %.1f s on average\n",
+              o.replicas, o.backend.c_str(), static_cast<long long>(o.steps), o.step_ms,
+              o.fault_every);
+  std::fflush(stdout);
+  std::vector<Outcome> runs;
+  runs.push_back(run(o, "no-faults", true, false, o.timeout));
+  runs.push_back(run(o, "fault-tolerant", true, true, o.timeout));
+  // Today's path may never finish when faults come faster than a whole-job restart: it
+  // gets 3 times the fault-tolerant run's time, then counts as unfinished.
+  const double limit = std::min(o.timeout, std::max(60.0, 3 * runs.back().wall));
+  if (o.restart_path) runs.push_back(run(o, "restart-all", false, true, limit));
+  Table table({"run", "wall s", "faults", "steps", "replica-steps", "discarded", "efficiency",
+               "bound", "job"});
+  int bad = 0;
+  for (const Outcome& r : runs) {
+    Tally t = tally(r);
+    const double ideal = double(o.replicas) * double(o.steps);
+    const bool ft = r.name != "restart-all";
+    const double bound = 1 - t.down_s / (double(o.replicas) * r.wall);
+    table.add({r.name, fmt(r.wall, 1), std::to_string(r.faults.size()), std::to_string(t.steps),
+               std::to_string(t.committed), std::to_string(t.discarded),
+               ft ? fmt(t.committed / ideal, 3) : "", ft && !r.faults.empty() ? fmt(bound, 3) : "",
+               status_of(r)});
+    if (ft && status_of(r) != "ok") ++bad;
+    if (ft && !t.heal_s.empty()) {
+      std::sort(t.heal_s.begin(), t.heal_s.end());
+      std::printf("%s: %lld heals, median %.3f s, max %.3f s; %lld processes started\n",
+                  r.name.c_str(), static_cast<long long>(t.heals), median(t.heal_s),
+                  t.heal_s.back(), static_cast<long long>(t.starts));
+    }
+    if (!ft) std::printf("restart-all: %lld processes started (whole-job restarts)\n", static_cast<long long>(t.starts));
+  }
+  std::printf("%s", table.str().c_str());
+  std::printf(
+      "steps: the job's steps done (restart-all: the furthest any start reached); replica-steps: "
+      "committed by all replicas (restart-all: including steps recomputed after a restart); "
+      "efficiency: replica-steps committed / (replicas x steps); bound: 1 - (replica-seconds "
+      "the faults took out, each from the kill to the victim's next commit) / (replicas x "
+      "wall); job: ok, error (exit status), hung (still running after %.0f s) or unfinished "
+      "(restart-all stopped after 3x the fault-tolerant run's time, at least 60 s)\n",
+      o.timeout);
+  return bad ? 1 : 0;
+}
+
+}  // namespace
+
+Command faults_command(CLI::App& bench) {
+  auto o = std::make_shared<FaultsOptions>();
+  CLI::App* app = bench.add_subcommand(
+      "faults", "soak: a replica killed every few seconds, fault tolerant against restart-all");
+  app->add_option("--replicas", o->replicas, "replicas (ranks)")->check(CLI::Range(2, 64))->capture_default_str();
+  app->add_option("--steps", o->steps, "steps of the job")->check(CLI::PositiveNumber)->capture_default_str();
+  app->add_option("--step-ms", o->step_ms, "a step's emulated compute, ms")->capture_default_str();
+  app->add_option("--fault-every", o->fault_every, "mean seconds between faults")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app->add_option("--ballast", o->ballast, "float32 values reduced with the gradients")->capture_default_str();
+  app->add_option("--checkpoint-every", o->checkpoint_every, "restart path: checkpoint every N steps")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app->add_option("--timeout", o->timeout, "seconds after which a job counts as hung")->capture_default_str();
+  app->add_option("--backend", o->backend, "shm or gloo")->check(CLI::IsMember({"shm", "gloo"}))->capture_default_str();
+  app->add_option("--seed", o->seed, "the fault schedule's seed")->capture_default_str();
+  app->add_flag("!--no-restart-path", o->restart_path, "skip today's path (restart every rank)");
+  app->add_flag("--worker", o->worker)->group(kWorkerOnly);
+  app->add_option("--mode", o->mode)->group(kWorkerOnly);
+  app->add_option("--dir", o->dir)->group(kWorkerOnly);
+  return {app, [o] {
+            if (!o->worker) return driver(*o);
+            return o->mode == "ft" ? faults_ft_worker(*o) : faults_restart_worker(*o);
+          }};
+}
+
+}  // namespace lockstep::bench
