@@ -6,9 +6,9 @@
 // newest checkpoint). It reports faults injected, steps committed against attempted, the
 // replica-step efficiency against its bound, heal times, hangs and unrecoverable errors,
 // and each path's wall time (docs/fault-tolerance.md, docs/benchmarks.md).
+#include "bench_util.h"
 #include "commands.h"
 #include "faults_bench.h"
-#include "bench_util.h"
 #include "jobs.h"
 
 #include <signal.h>
@@ -90,7 +90,10 @@ std::vector<Fault> inject(const FaultsOptions& o, const std::string& dir, bool f
     if (candidates.size() < (ft ? 2u : 1u)) continue;
     const int victim = candidates[rng() % candidates.size()];
     if (::kill(pid_of(dir, victim), SIGKILL) == 0)
-      faults.push_back({std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(), victim});
+      faults.push_back(
+          {std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+               .count(),
+           victim});
     next = now_s() + gap(rng);
   }
   return faults;
@@ -109,8 +112,8 @@ std::string job_command(const FaultsOptions& o, const std::string& dir, bool ft,
   c << "timeout " << limit << " env " << rank_environment() << "LOCKSTEP_BACKEND=" << o.backend
     << " " << LOCKSTEP_RUN_PATH << " --nproc-per-node " << o.replicas
     << (ft ? " --fault-tolerant" : "") << " --max-restarts 100000 --master-port 0 "
-    << self_command() << " faults --worker --mode " << (ft ? "ft" : "restart") << " --dir '"
-    << dir << "' --steps " << o.steps << " --step-ms " << o.step_ms << " --ballast " << o.ballast
+    << self_command() << " faults --worker --mode " << (ft ? "ft" : "restart") << " --dir '" << dir
+    << "' --steps " << o.steps << " --step-ms " << o.step_ms << " --ballast " << o.ballast
     << " --checkpoint-every " << o.checkpoint_every;
   return c.str();
 }
@@ -121,7 +124,9 @@ Outcome run(const FaultsOptions& o, const std::string& name, bool ft, bool fault
   std::fflush(stdout);
   Outcome out;
   out.name = name;
-  const std::string dir = (fs::temp_directory_path() / ("lockstep-faults-" + std::to_string(::getpid()) + "-" + name)).string();
+  const std::string dir =
+      (fs::temp_directory_path() / ("lockstep-faults-" + std::to_string(::getpid()) + "-" + name))
+          .string();
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::atomic<bool> running{true};
@@ -207,7 +212,9 @@ int driver(const FaultsOptions& o) {
                   r.name.c_str(), static_cast<long long>(t.heals), median(t.heal_s),
                   t.heal_s.back(), static_cast<long long>(t.starts));
     }
-    if (!ft) std::printf("restart-all: %lld processes started (whole-job restarts)\n", static_cast<long long>(t.starts));
+    if (!ft)
+      std::printf("restart-all: %lld processes started (whole-job restarts)\n",
+                  static_cast<long long>(t.starts));
   }
   std::printf("%s", table.str().c_str());
   std::printf(
@@ -227,16 +234,27 @@ Command faults_command(CLI::App& bench) {
   auto o = std::make_shared<FaultsOptions>();
   CLI::App* app = bench.add_subcommand(
       "faults", "soak: a replica killed every few seconds, fault tolerant against restart-all");
-  app->add_option("--replicas", o->replicas, "replicas (ranks)")->check(CLI::Range(2, 64))->capture_default_str();
-  app->add_option("--steps", o->steps, "steps of the job")->check(CLI::PositiveNumber)->capture_default_str();
+  app->add_option("--replicas", o->replicas, "replicas (ranks)")
+      ->check(CLI::Range(2, 64))
+      ->capture_default_str();
+  app->add_option("--steps", o->steps, "steps of the job")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app->add_option("--step-ms", o->step_ms, "a step's emulated compute, ms")->capture_default_str();
   app->add_option("--fault-every", o->fault_every, "mean seconds between faults")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app->add_option("--ballast", o->ballast, "float32 values reduced with the gradients")->capture_default_str();
-  app->add_option("--checkpoint-every", o->checkpoint_every, "restart path: checkpoint every N steps")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app->add_option("--timeout", o->timeout, "seconds after which a job counts as hung")->capture_default_str();
-  app->add_option("--backend", o->backend, "shm or gloo")->check(CLI::IsMember({"shm", "gloo"}))->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app->add_option("--ballast", o->ballast, "float32 values reduced with the gradients")
+      ->capture_default_str();
+  app->add_option("--checkpoint-every", o->checkpoint_every,
+                  "restart path: checkpoint every N steps")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app->add_option("--timeout", o->timeout, "seconds after which a job counts as hung")
+      ->capture_default_str();
+  app->add_option("--backend", o->backend, "shm or gloo")
+      ->check(CLI::IsMember({"shm", "gloo"}))
+      ->capture_default_str();
   app->add_option("--seed", o->seed, "the fault schedule's seed")->capture_default_str();
   app->add_flag("!--no-restart-path", o->restart_path, "skip today's path (restart every rank)");
   app->add_flag("--worker", o->worker)->group(kWorkerOnly);

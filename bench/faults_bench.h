@@ -9,11 +9,11 @@ namespace lockstep::bench {
 struct FaultsOptions {
   int replicas = 3;
   int64_t steps = 3000;
-  double step_ms = 20;       // a step's compute, emulated (the replicas share 2 cores here)
-  double fault_every = 1.5;  // seconds between injected faults (uniform in [0.5, 1.5] x this)
-  int64_t ballast = 1 << 18; // float32 values reduced with the gradients each step
+  double step_ms = 20;             // a step's compute, emulated (the replicas share 2 cores here)
+  double fault_every = 1.5;        // seconds between injected faults (uniform in [0.5, 1.5] x this)
+  int64_t ballast = 1 << 18;       // float32 values reduced with the gradients each step
   int64_t checkpoint_every = 100;  // the restart path's checkpoints, in steps
-  double timeout = 900;      // a job still running after this long has hung
+  double timeout = 900;            // a job still running after this long has hung
   std::string backend = "shm";
   bool restart_path = true;  // also run today's path (--max-restarts + resume) under faults
   uint64_t seed = 1;

@@ -98,7 +98,8 @@ int faults_ft_worker(const FaultsOptions& o) {
     if (!ft.start_step()) break;
     if (ft.stats().heals > heals) {
       heals = ft.stats().heals;
-      log.line("heal " + std::to_string(ft.stats().heal_s) + " " + std::to_string(ft.stats().heal_bytes));
+      log.line("heal " + std::to_string(ft.stats().heal_s) + " " +
+               std::to_string(ft.stats().heal_bytes));
     }
     const int64_t step = ft.step();
     ft.allreduce(job.gradients(step, id, o.step_ms));

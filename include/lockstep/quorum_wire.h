@@ -27,23 +27,24 @@
 namespace lockstep::quorum_wire {
 
 struct Member {
-  int id = -1;        // replica id
-  int64_t step = 0;   // the step it asked to start
-  std::string host;   // where its rendezvous store listens
+  int id = -1;       // replica id
+  int64_t step = 0;  // the step it asked to start
+  std::string host;  // where its rendezvous store listens
   int port = 0;
 };
 
 struct Quorum {
-  bool done = false;     // DONE: the job finished (at max_step) without this replica
-  int64_t id = 0;        // changes whenever the members change
-  int64_t max_step = 0;  // the furthest member's step: replicas behind it heal
+  bool done = false;            // DONE: the job finished (at max_step) without this replica
+  int64_t id = 0;               // changes whenever the members change
+  int64_t max_step = 0;         // the furthest member's step: replicas behind it heal
   std::vector<Member> members;  // sorted by replica id
 };
 
 inline std::string format_quorum(const Quorum& q) {
   std::ostringstream o;
   o << "QUORUM " << q.id << ' ' << q.max_step << ' ' << q.members.size();
-  for (const Member& m : q.members) o << ' ' << m.id << ':' << m.step << ':' << m.host << ':' << m.port;
+  for (const Member& m : q.members)
+    o << ' ' << m.id << ':' << m.step << ':' << m.host << ':' << m.port;
   return o.str();
 }
 

@@ -285,9 +285,8 @@ void Group::replica_failed(std::size_t i) {
     for (int rounds = 0; rounds < 64 && ranks_[i].fds[s] >= 0; ++rounds) read_stream(ranks_[i], s);
   for (int s = 0; s < 2; ++s)
     if (ranks_[i].fds[s] >= 0) close_stream(ranks_[i], s);
-  say(name + " failed (" + how + "); restarting it alone (restart " +
-      std::to_string(ft_restarts_) + " of " + std::to_string(opt_.max_restarts) +
-      "); the other replicas go on");
+  say(name + " failed (" + how + "); restarting it alone (restart " + std::to_string(ft_restarts_) +
+      " of " + std::to_string(opt_.max_restarts) + "); the other replicas go on");
   Rank fresh;
   if (spawn_one(ranks_[i].local_rank, ranks_[i].restarts + 1, fresh)) ranks_[i] = std::move(fresh);
 }

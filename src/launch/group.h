@@ -98,8 +98,8 @@ class Group {
   int first_failed_ = -1;      // index into ranks_
   int interrupted_by_ = 0;     // signal that asked the launcher to stop
   int exec_errno_ = 0;
-  int ft_restarts_ = 0;         // --fault-tolerant: single-replica restarts so far
-  bool service_gone_ = false;   // the quorum service exited
+  int ft_restarts_ = 0;        // --fault-tolerant: single-replica restarts so far
+  bool service_gone_ = false;  // the quorum service exited
   int service_status_ = 0;
 };
 

@@ -140,7 +140,8 @@ void start_quorum_service(const LaunchOptions& opt, GroupContext& ctx) {
   const pid_t pid = fork();
   if (pid < 0) {
     close(fd);
-    throw Error(concat("lockstep-run: cannot start the quorum service: fork: ", std::strerror(errno)));
+    throw Error(
+        concat("lockstep-run: cannot start the quorum service: fork: ", std::strerror(errno)));
   }
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -226,10 +227,10 @@ int run_launcher(const LaunchOptions& opt) {
   ensure_std_fds_open();
   if (opt.coordinator) {
     int port = 0;
-    const int fd = listen_on("0.0.0.0", opt.coordinator_port >= 0 ? opt.coordinator_port : 29501,
-                             &port);
-    say(concat("quorum service on port ", port, " for ", opt.world_size(), " replicas, --min-replicas ",
-               opt.min_replicas, " (Ctrl-C ends it)"));
+    const int fd =
+        listen_on("0.0.0.0", opt.coordinator_port >= 0 ? opt.coordinator_port : 29501, &port);
+    say(concat("quorum service on port ", port, " for ", opt.world_size(),
+               " replicas, --min-replicas ", opt.min_replicas, " (Ctrl-C ends it)"));
     return serve_quorum(fd, quorum_config(opt));
   }
   std::vector<int> logs = open_logs(opt);

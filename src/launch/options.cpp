@@ -180,8 +180,9 @@ void validate(const LaunchOptions& o) {
         "lockstep-run: --master-port 0 (pick a free port) only works with --nnodes 1: the other "
         "nodes could not know the port; give every node the same explicit --master-port");
   if (o.coordinator && !o.program.empty())
-    throw UsageError("lockstep-run: --coordinator runs the quorum service alone; it takes no "
-                     "PROGRAM (start the replicas with --fault-tolerant)");
+    throw UsageError(
+        "lockstep-run: --coordinator runs the quorum service alone; it takes no "
+        "PROGRAM (start the replicas with --fault-tolerant)");
   if (!o.help && !o.coordinator && o.program.empty())
     throw UsageError("lockstep-run: missing PROGRAM to run (see --help)");
   if (o.fault_tolerant && o.min_replicas > o.world_size())

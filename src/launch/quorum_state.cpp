@@ -177,12 +177,11 @@ void QuorumState::try_form(Clock::time_point now) {
     std::vector<int> ids;
     for (int c : askers) ids.push_back(replicas_[c].id);
     std::sort(ids.begin(), ids.end());
-    stop(formed_once_
-             ? concat("fewer than --min-replicas ", config_.min_replicas, " replicas remain (",
-                      ids.size(), ": ", id_list(ids), ")")
-             : concat("only ", ids.size(), " replicas (", id_list(ids), ") of the --min-replicas ",
-                      config_.min_replicas, " needed came within ", seconds(config_.join_wait),
-                      " s"));
+    stop(formed_once_ ? concat("fewer than --min-replicas ", config_.min_replicas,
+                               " replicas remain (", ids.size(), ": ", id_list(ids), ")")
+                      : concat("only ", ids.size(), " replicas (", id_list(ids),
+                               ") of the --min-replicas ", config_.min_replicas,
+                               " needed came within ", seconds(config_.join_wait), " s"));
     return;
   }
   form(askers);

@@ -43,7 +43,7 @@ class QuorumState {
   void heard(int conn, Clock::time_point now);  // any line, a heartbeat included
   void request(int conn, int64_t step, Clock::time_point now);
   void vote(int conn, int64_t quorum_id, int64_t step, bool ok, Clock::time_point now);
-  void lost(int conn);  // the connection closed
+  void lost(int conn);               // the connection closed
   void bye(int conn, int64_t step);  // done after `step` steps; leaves (not a failure)
 
   // Applies the timers (lost heartbeats, quorum formation, stragglers) and returns every

@@ -215,10 +215,11 @@ int train(const std::string& dir, int64_t steps, const Faults& fault, double ste
     for (int m : r.members) out << " " << m;
     out << "\n";
   }
-  std::printf("replica %d done: %ld committed, %ld discarded, %ld heals (%.3f s, %ld bytes), "
-              "%ld healed others, %ld groups built\n",
-              id, long(st.committed), long(st.discarded), long(st.heals), st.heal_s,
-              long(st.heal_bytes), long(st.healed_others), long(st.rebuilds));
+  std::printf(
+      "replica %d done: %ld committed, %ld discarded, %ld heals (%.3f s, %ld bytes), "
+      "%ld healed others, %ld groups built\n",
+      id, long(st.committed), long(st.discarded), long(st.heals), st.heal_s, long(st.heal_bytes),
+      long(st.healed_others), long(st.rebuilds));
   return 0;
 }
 
@@ -301,9 +302,10 @@ int check(const std::string& dir, int replicas, int64_t steps) {
     ++epochs;
     for (int c : u) wrong += c != 1;
   }
-  std::printf("%s every sample used exactly once in each of the %ld completed epochs, "
-              "whatever the replica counts (%ld uses off)\n",
-              wrong || epochs == 0 ? "FAIL" : "PASS", long(epochs), long(wrong));
+  std::printf(
+      "%s every sample used exactly once in each of the %ld completed epochs, "
+      "whatever the replica counts (%ld uses off)\n",
+      wrong || epochs == 0 ? "FAIL" : "PASS", long(epochs), long(wrong));
   double diff = 0;
   size_t k = 0;
   for (auto& p : model->parameters()) {
@@ -312,9 +314,10 @@ int check(const std::string& dir, int replicas, int64_t steps) {
       diff = std::max(diff, std::abs(flat[i].item<double>() - rs[0].params.at(k)));
   }
   const bool ok = diff <= 1e-12;
-  std::printf("%s the replicas equal a single-process replay of the %ld committed steps "
-              "(who took part in each) within 1e-12: max difference %.3g\n",
-              ok ? "PASS" : "FAIL", long(steps), diff);
+  std::printf(
+      "%s the replicas equal a single-process replay of the %ld committed steps "
+      "(who took part in each) within 1e-12: max difference %.3g\n",
+      ok ? "PASS" : "FAIL", long(steps), diff);
   return bad || !ok || wrong || epochs == 0 ? 1 : 0;
 }
 
@@ -331,7 +334,9 @@ int main(int argc, char** argv) {
   std::string faults;
   int64_t width = 1 << 20;
   int64_t state_mb = 0;
-  app.add_option("mode", mode, "train or check")->required()->check(CLI::IsMember({"train", "check"}));
+  app.add_option("mode", mode, "train or check")
+      ->required()
+      ->check(CLI::IsMember({"train", "check"}));
   app.add_option("dir", dir, "where results go")->required();
   app.add_option("--steps", steps, "steps to commit");
   app.add_option("--replicas", replicas, "check: how many replicas the job had");

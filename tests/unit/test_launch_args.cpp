@@ -257,9 +257,9 @@ TEST(LaunchPort, PicksANonZeroPort) {
 namespace {
 
 TEST(LaunchArgs, FaultTolerantFlags) {
-  LaunchOptions o = parse_args({"--fault-tolerant", "--nproc-per-node", "3", "--min-replicas",
-                                "2", "--heartbeat-timeout", "1.5", "--coordinator-port", "0",
-                                "./train"});
+  LaunchOptions o =
+      parse_args({"--fault-tolerant", "--nproc-per-node", "3", "--min-replicas", "2",
+                  "--heartbeat-timeout", "1.5", "--coordinator-port", "0", "./train"});
   EXPECT_TRUE(o.fault_tolerant);
   EXPECT_EQ(o.min_replicas, 2);
   EXPECT_DOUBLE_EQ(o.heartbeat_timeout, 1.5);

@@ -116,7 +116,9 @@ int64_t run_steps(Harness& h, int steps, std::vector<int> conns = {0, 1, 2}) {
     h.tick(10);
     for (int c : conns) id = h.quorum_of(c).id;
     for (int c : conns) h.st.vote(c, id, s, true, h.now);
-    for (int c : conns) EXPECT_EQ(h.take(c), std::vector<std::string>{"VOTE " + std::to_string(id) + " " + std::to_string(s) + " 1"});
+    for (int c : conns)
+      EXPECT_EQ(h.take(c), std::vector<std::string>{"VOTE " + std::to_string(id) + " " +
+                                                    std::to_string(s) + " 1"});
   }
   return id;
 }
@@ -244,7 +246,8 @@ TEST(Quorum, SilentReplicaIsLostAfterTheHeartbeatTimeout) {
   h.st.advance(h.now);
   EXPECT_EQ(h.st.take_closed(), std::vector<int>{1});
   bool logged = false;
-  for (const auto& l : h.st.take_log()) logged = logged || l.find("replica 1 lost: no heartbeat") == 0;
+  for (const auto& l : h.st.take_log())
+    logged = logged || l.find("replica 1 lost: no heartbeat") == 0;
   EXPECT_TRUE(logged);
 }
 

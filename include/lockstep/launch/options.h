@@ -23,22 +23,22 @@ struct LaunchOptions {
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 29500;           // 0 = pick a free port (single node only)
-  bool master_port_given = false;    // --master-port was on the command line
-  std::string rdzv_id;               // --rdzv-id; empty = the launcher's default job id
-  std::string log_dir;               // empty = no per-rank log files
-  int max_restarts = 0;              // whole-group restarts after a failure
-  double grace_seconds = 5.0;        // SIGTERM -> SIGKILL grace during teardown
-  double notice_seconds = 3.0;       // first failure -> SIGTERM: survivors raise their own error
-  bool help = false;                 // --help: print usage, run nothing
+  int master_port = 29500;         // 0 = pick a free port (single node only)
+  bool master_port_given = false;  // --master-port was on the command line
+  std::string rdzv_id;             // --rdzv-id; empty = the launcher's default job id
+  std::string log_dir;             // empty = no per-rank log files
+  int max_restarts = 0;            // whole-group restarts after a failure
+  double grace_seconds = 5.0;      // SIGTERM -> SIGKILL grace during teardown
+  double notice_seconds = 3.0;     // first failure -> SIGTERM: survivors raise their own error
+  bool help = false;               // --help: print usage, run nothing
   // Fault tolerance (docs/fault-tolerance.md): each rank is a replica; a failed one is
   // restarted alone (--max-restarts in all) while the others go on; node 0 hosts the
   // quorum service. --coordinator runs the quorum service alone, no PROGRAM.
   bool fault_tolerant = false;
   bool coordinator = false;
-  int min_replicas = 1;             // fewer replicas left: the job stops
-  int coordinator_port = -1;        // -1: a free port on one node, --master-port + 1 on several
-  double heartbeat_timeout = 3.0;   // a replica silent this long is lost
+  int min_replicas = 1;              // fewer replicas left: the job stops
+  int coordinator_port = -1;         // -1: a free port on one node, --master-port + 1 on several
+  double heartbeat_timeout = 3.0;    // a replica silent this long is lost
   std::vector<std::string> program;  // PROGRAM and its ARGS; argv[0] first
   // Where a value came from when a flag or a PET_* variable set it: "--nnodes" ->
   // "--nnodes" or "PET_NNODES=2" (docs/schedulers.md). Absent: the default or a scheduler's.

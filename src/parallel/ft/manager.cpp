@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include <climits>
-#include <exception>
 #include <cstdlib>
+#include <exception>
 #include <map>
 #include <sstream>
 
@@ -20,7 +20,9 @@ namespace {
 using detail::concat;
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
@@ -97,7 +99,8 @@ bool Manager::start_step() {
     if (m.id == replica_id_) rank_ = int(members_.size());
     members_.push_back(m.id);
   }
-  if (rank_ < 0) throw QuorumError("fault tolerance: the quorum service left this replica out", false);
+  if (rank_ < 0)
+    throw QuorumError("fault tolerance: the quorum service left this replica out", false);
   const bool stale = q.id != quorum_id_ || need_rebuild_ || !group_ || group_->broken();
   quorum_id_ = q.id;
   quorum_step_ = q.max_step;
@@ -107,13 +110,14 @@ bool Manager::start_step() {
   } catch (const std::exception& e) {
     fail(e.what());
   }
-  if (step_ != quorum_step_ && !failed_) fail("this replica is behind its quorum and was not healed");
+  if (step_ != quorum_step_ && !failed_)
+    fail("this replica is behind its quorum and was not healed");
   return true;
 }
 
 void Manager::rebuild(const quorum_wire::Quorum& q) {
   const auto t0 = Clock::now();
-  group_.reset();  // a broken group aborts its backend on the way out
+  group_.reset();        // a broken group aborts its backend on the way out
   need_rebuild_ = true;  // until this succeeds
   const quorum_wire::Member& leader = q.members.front();
   c10::intrusive_ptr<c10d::Store> store = own_store_;
@@ -213,8 +217,8 @@ void Manager::fail(const std::string& why) {
   last_error_ = why;
   // The others may wait in a collective this replica will not finish: wake them.
   if (group_ && !group_->broken())
-    group_->abort(std::make_exception_ptr(Error("fault tolerance: replica " +
-                                                std::to_string(replica_id_) + " failed its step: " + why)));
+    group_->abort(std::make_exception_ptr(Error(
+        "fault tolerance: replica " + std::to_string(replica_id_) + " failed its step: " + why)));
 }
 
 bool Manager::should_commit() {

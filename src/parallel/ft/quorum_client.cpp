@@ -56,11 +56,11 @@ QuorumClient::QuorumClient(const std::string& address, int replica_id,
   const auto until = Clock::now() + connect_timeout;
   while ((fd_ = connect_once(address.substr(0, colon), address.substr(colon + 1))) < 0) {
     if (Clock::now() >= until)
-      throw QuorumError(concat("fault tolerance: cannot reach the quorum service at ", address,
-                               " (", std::strerror(errno), ") within ",
-                               connect_timeout.count() / 1000.0,
-                               " s; is lockstep-run --fault-tolerant (or --coordinator) running?"),
-                        false);
+      throw QuorumError(
+          concat("fault tolerance: cannot reach the quorum service at ", address, " (",
+                 std::strerror(errno), ") within ", connect_timeout.count() / 1000.0,
+                 " s; is lockstep-run --fault-tolerant (or --coordinator) running?"),
+          false);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   send_line(concat("HELLO ", replica_id, " ", store_host, " ", store_port));
@@ -135,9 +135,10 @@ std::string QuorumClient::await(const std::vector<std::string>& words, comm::Mil
     }
     const auto left = std::chrono::duration_cast<comm::Millis>(until - Clock::now()).count();
     if (left <= 0)
-      throw QuorumError(concat("fault tolerance: no ", words.front(), " reply from the quorum service at ",
-                               address_, " within ", timeout.count() / 1000.0, " s"),
-                        false);
+      throw QuorumError(
+          concat("fault tolerance: no ", words.front(), " reply from the quorum service at ",
+                 address_, " within ", timeout.count() / 1000.0, " s"),
+          false);
     pollfd p{fd_, POLLIN, 0};
     const int r = poll(&p, 1, int(std::min<long long>(left, 1000)));
     if (r < 0 && errno == EINTR) continue;

@@ -28,9 +28,9 @@
 #include <lockstep/comm/process_group.h>
 #include <lockstep/parallel/ft/quorum_client.h>
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <exception>
 #include <functional>
@@ -70,9 +70,9 @@ struct StepRecord {
 };
 
 struct ManagerStats {
-  int64_t committed = 0;   // steps this replica committed
-  int64_t discarded = 0;   // steps it attempted and threw away
-  int64_t heals = 0;       // times it was healed (received state)
+  int64_t committed = 0;  // steps this replica committed
+  int64_t discarded = 0;  // steps it attempted and threw away
+  int64_t heals = 0;      // times it was healed (received state)
   int64_t healed_others = 0;
   int64_t rebuilds = 0;    // cross-replica groups built
   double heal_s = 0;       // time receiving state
@@ -105,14 +105,14 @@ class Manager {
   // (step() advances; apply the optimizer step); false: discard it.
   bool should_commit();
 
-  int64_t step() const { return step_; }           // committed steps (the step being made)
-  bool done() const { return done_; }              // start_step() found the job finished
+  int64_t step() const { return step_; }  // committed steps (the step being made)
+  bool done() const { return done_; }     // start_step() found the job finished
   int replica_id() const { return replica_id_; }
-  int replica_rank() const { return rank_; }       // index among the step's members
+  int replica_rank() const { return rank_; }  // index among the step's members
   int replicas() const { return int(members_.size()); }
   const std::vector<int>& members() const { return members_; }
   int64_t quorum_id() const { return quorum_id_; }
-  comm::ProcessGroup& group();                     // the step's cross-replica group
+  comm::ProcessGroup& group();  // the step's cross-replica group
   const ManagerStats& stats() const { return stats_; }
   const std::vector<StepRecord>& history() const { return history_; }
   // Why the last discarded step failed on this replica (empty when it did not).
