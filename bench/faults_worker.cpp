@@ -37,7 +37,7 @@ class EventLog {
                             dir + "/pid_" + std::to_string(id));
   }
   ~EventLog() { ::close(fd_); }
-  void line(const std::string& what) {
+  void line(const std::string& what) const {
     char buf[256];
     const int n = std::snprintf(buf, sizeof buf, "%.6f %s\n", wall(), what.c_str());
     (void)!::write(fd_, buf, size_t(n));

@@ -133,7 +133,7 @@ bool Group::spawn_one(int local, int restarts, Rank& r) {
     exec_errno_ = sp.exec_errno;
   }
   if (exec_errno_ != 0) return false;
-  r = Rank{};
+  // Field by field: `r` may be a failed replica's slot, restarted in place.
   r.local_rank = local;
   r.rank = opt_.global_rank(local);
   r.pid = sp.pid;
@@ -141,6 +141,10 @@ bool Group::spawn_one(int local, int restarts, Rank& r) {
   r.fds[1] = sp.err_fd;
   r.start = Clock::now();
   r.running = true;
+  r.status = 0;
+  r.stopped = Stop::None;
+  r.stop_signal = 0;
+  r.tail.clear();
   r.restarts = restarts;
   return true;
 }
@@ -287,8 +291,7 @@ void Group::replica_failed(std::size_t i) {
     if (ranks_[i].fds[s] >= 0) close_stream(ranks_[i], s);
   say(name + " failed (" + how + "); restarting it alone (restart " + std::to_string(ft_restarts_) +
       " of " + std::to_string(opt_.max_restarts) + "); the other replicas go on");
-  Rank fresh;
-  if (spawn_one(ranks_[i].local_rank, ranks_[i].restarts + 1, fresh)) ranks_[i] = std::move(fresh);
+  spawn_one(ranks_[i].local_rank, ranks_[i].restarts + 1, ranks_[i]);
 }
 
 void Group::check_service() {

@@ -175,6 +175,7 @@ void QuorumState::try_form(Clock::time_point now) {
   }
   if (int(askers.size()) < config_.min_replicas) {
     std::vector<int> ids;
+    ids.reserve(askers.size());
     for (int c : askers) ids.push_back(replicas_[c].id);
     std::sort(ids.begin(), ids.end());
     stop(formed_once_ ? concat("fewer than --min-replicas ", config_.min_replicas,

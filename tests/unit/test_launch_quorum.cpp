@@ -109,7 +109,7 @@ TEST(Quorum, FirstQuorumFormsWithWhoCameAfterTheJoinWait) {
 }
 
 // Forms a 3-replica quorum at step 0 and commits `steps` steps; returns the quorum id.
-int64_t run_steps(Harness& h, int steps, std::vector<int> conns = {0, 1, 2}) {
+int64_t run_steps(Harness& h, int steps, const std::vector<int>& conns = {0, 1, 2}) {
   int64_t id = 0;
   for (int s = 0; s < steps; ++s) {
     for (int c : conns) h.st.request(c, s, h.now);

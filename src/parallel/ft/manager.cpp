@@ -188,11 +188,11 @@ void Manager::heal(const quorum_wire::Quorum& q) {
   }
 }
 
-void Manager::allreduce(std::vector<at::Tensor> tensors) {
+void Manager::allreduce(const std::vector<at::Tensor>& tensors) {
   if (failed_) return;
   try {
     std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
-    for (auto& t : tensors) by_dtype[t.scalar_type()].push_back(t);
+    for (const auto& t : tensors) by_dtype[t.scalar_type()].push_back(t);
     for (auto& [dtype, ts] : by_dtype)
       group_->allreduce_coalesced(ts, {comm::ReduceOp::Avg})->wait();
   } catch (const std::exception& e) {
@@ -200,7 +200,7 @@ void Manager::allreduce(std::vector<at::Tensor> tensors) {
   }
 }
 
-void Manager::report_error(std::exception_ptr error) {
+void Manager::report_error(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
   } catch (const std::exception& e) {

@@ -98,9 +98,9 @@ class Manager {
   [[nodiscard]] bool start_step();
   // Averages the tensors over the step's members, in place (one coalesced allreduce per
   // dtype). Never throws: a failure aborts the group and fails the step.
-  void allreduce(std::vector<at::Tensor> tensors);
+  void allreduce(const std::vector<at::Tensor>& tensors);
   // Records a failure of the caller's own cross-replica work: the step will not commit.
-  void report_error(std::exception_ptr error);
+  void report_error(const std::exception_ptr& error);
   // Asks the service whether every member of the step succeeded. True: the step commits
   // (step() advances; apply the optimizer step); false: discard it.
   bool should_commit();
