@@ -3,8 +3,9 @@
 # and /dev/shm, tests/multihost/netns.sh), 2 ranks each, one `lockstep-run --nnodes N
 # --node-rank I --master-addr 10.77.0.1` per host, as on a real cluster.
 # usage: multihost_test.sh CASE NHOSTS BACKEND LOCKSTEP_RUN PROGRAM
-#   CASE: collectives | ddp | kill | partition | token          (docs/multihost.md)
-#   PROGRAM: collectives_check (collectives), ddp_equivalence (ddp), fault_program (others)
+#   CASE: collectives | ddp | kill | partition | token | ft     (docs/multihost.md)
+#   PROGRAM: collectives_check (collectives), ddp_equivalence (ddp), ft_program (ft),
+#   fault_program (others)
 # Exit 77 (skipped) where namespaces cannot be made.
 set -u
 case_=$1; nhosts=$2; backend=$3; run=$4; prog=$5
@@ -163,6 +164,37 @@ case $case_ in
         show "$i"
       fi
     done
+    ;;
+  ft)
+    # Fault-tolerant replicas across hosts (docs/fault-tolerance.md): one lockstep-run
+    # --fault-tolerant per host, the quorum service on host 1; the first replica of the last
+    # host is SIGKILLed in step 40 and restarted there alone, heals from a replica on
+    # another host, and every replica ends bit-identical and equal to the replay.
+    dir=$MH_DIR/ft
+    mkdir -p "$dir"
+    victim=$(((nhosts - 1) * nproc))
+    launch_all 80 --fault-tolerant --max-restarts 1 "$prog" train "$dir" --steps 300 \
+      --faults "$victim:40:backward:kill"
+    wait_hosts $(all_hosts)
+    for i in $(all_hosts); do
+      if [[ $(rc_of "$i") == 0 ]]; then pass "host$i: lockstep-run --fault-tolerant exit 0"
+      else
+        fail "host$i: lockstep-run exit $(rc_of "$i")"
+        show "$i"
+      fi
+    done
+    if grep -q "quorum service on $(mh_ip 1):$((port + 1))" "$MH_DIR/host1.out" &&
+      grep -q "replica $victim done: .* 1 heals" "$MH_DIR/host$nhosts.out"; then
+      pass "replica $victim (host$nhosts) restarted alone and healed across hosts: $(grep -o '1 heals ([^)]*)' "$MH_DIR/host$nhosts.out")"
+    else
+      fail "replica $victim did not heal"
+      show 1
+      show "$nhosts"
+    fi
+    verdict=$("$prog" check "$dir" --steps 300 --replicas $world)
+    if [[ $(grep -c '^PASS' <<<"$verdict") == 3 ]]; then
+      while read -r line; do pass "${line#PASS }"; done <<<"$verdict"
+    else fail "ft check: $verdict"; fi
     ;;
   token)
     # Host 1 runs node 0 with the job's token; host 2's node, a real remote client, is

@@ -6,9 +6,6 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <unistd.h>
-
-#include <climits>
 #include <cstdlib>
 #include <exception>
 #include <map>
@@ -27,16 +24,6 @@ double since(Clock::time_point t) {
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return v && *v ? v : fallback;
-}
-
-// Where the others reach this replica's store: loopback when the service is on loopback
-// (one host), else this host's name.
-std::string own_host(const std::string& coordinator) {
-  const std::string host = coordinator.substr(0, coordinator.rfind(':'));
-  if (host == "localhost" || host.compare(0, 4, "127.") == 0) return "127.0.0.1";
-  char name[HOST_NAME_MAX + 1] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
 }
 
 constexpr int kHealTag = 7301;
@@ -58,7 +45,9 @@ Manager::Manager(ManagerOptions options, StateFns state)
   LOCKSTEP_CHECK(state_.save && state_.load,
                  "fault tolerance: StateFns needs both save and load (a joiner is healed "
                  "with them)");
-  host_ = own_host(options_.coordinator);
+  client_ = std::make_unique<QuorumClient>(options_.coordinator, options_.heartbeat);
+  // The others reach this replica's store where the service reached it.
+  host_ = client_->local_host();
   c10d::TCPStoreOptions so;
   so.port = 0;
   so.isServer = true;
@@ -67,8 +56,7 @@ Manager::Manager(ManagerOptions options, StateFns state)
   auto store = c10::make_intrusive<c10d::TCPStore>(host_, so);
   const int port = store->getPort();
   own_store_ = store;
-  client_ = std::make_unique<QuorumClient>(options_.coordinator, replica_id_, host_, port,
-                                           options_.heartbeat);
+  client_->hello(replica_id_, host_, port);
 }
 
 Manager::~Manager() {

@@ -1,6 +1,7 @@
 // A replica's side of the quorum service's protocol (lockstep/quorum_wire.h).
 #include <lockstep/parallel/ft/quorum_client.h>
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -44,8 +45,7 @@ int connect_once(const std::string& host, const std::string& port) {
 
 }  // namespace
 
-QuorumClient::QuorumClient(const std::string& address, int replica_id,
-                           const std::string& store_host, int store_port, comm::Millis heartbeat,
+QuorumClient::QuorumClient(const std::string& address, comm::Millis heartbeat,
                            comm::Millis connect_timeout)
     : address_(address), heartbeat_(heartbeat) {
   const auto colon = address.rfind(':');
@@ -63,6 +63,20 @@ QuorumClient::QuorumClient(const std::string& address, int replica_id,
           false);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+}
+
+std::string QuorumClient::local_host() const {
+  sockaddr_storage sa = {};
+  socklen_t len = sizeof sa;
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&sa), &len) != 0) return "127.0.0.1";
+  const void* addr = sa.ss_family == AF_INET6
+                         ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&sa)->sin6_addr)
+                         : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&sa)->sin_addr);
+  return inet_ntop(sa.ss_family, addr, buf, sizeof buf) ? buf : "127.0.0.1";
+}
+
+void QuorumClient::hello(int replica_id, const std::string& store_host, int store_port) {
   send_line(concat("HELLO ", replica_id, " ", store_host, " ", store_port));
   beater_ = std::thread([this] { beat(); });
 }

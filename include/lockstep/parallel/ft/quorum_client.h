@@ -36,17 +36,21 @@ class QuorumError : public Error {
 
 class QuorumClient {
  public:
-  // Connects to `address` ("HOST:PORT"; retried for up to `connect_timeout`) and says
-  // HELLO as replica `replica_id`, whose rendezvous store listens on store_host:store_port.
-  // Heartbeats every `heartbeat` from a thread of its own. Throws QuorumError when the
-  // service cannot be reached.
-  QuorumClient(const std::string& address, int replica_id, const std::string& store_host,
-               int store_port, comm::Millis heartbeat = comm::Millis(250),
-               comm::Millis connect_timeout = comm::Millis(10000));
+  // Connects to `address` ("HOST:PORT"; retried for up to `connect_timeout`). Throws
+  // QuorumError when the service cannot be reached.
+  explicit QuorumClient(const std::string& address, comm::Millis heartbeat = comm::Millis(250),
+                        comm::Millis connect_timeout = comm::Millis(10000));
   // Closes; the service counts the replica lost unless it said bye() first.
   ~QuorumClient();
   QuorumClient(const QuorumClient&) = delete;
   QuorumClient& operator=(const QuorumClient&) = delete;
+
+  // This end's address of the connection: the address of this host on the network the
+  // service is on, where the other replicas can reach this one.
+  std::string local_host() const;
+  // Says HELLO as replica `replica_id`, whose rendezvous store listens on
+  // store_host:store_port, and starts heartbeating every `heartbeat`. Once, first.
+  void hello(int replica_id, const std::string& store_host, int store_port);
 
   // Asks to start step `step` and waits up to `timeout` for the quorum (a joiner waits for
   // the members' next step boundary). Quorum::done when the job finished without it.
