@@ -1,7 +1,8 @@
 // lockstep-bench faults: a soak of fault-tolerant training. The same job runs three times
 // in one run: without faults; fault tolerant (lockstep-run --fault-tolerant,
-// lockstep::ft::Manager) while a replica is SIGKILLed every --fault-every seconds (at a
-// random moment, so at a random point of a step); and, with the same fault schedule,
+// lockstep::ft::Manager) while a replica is SIGKILLed (or SIGSTOPped, --stops) every
+// --fault-every seconds (at a random moment, so at a random point of a step); and, with
+// the same fault schedule,
 // today's path (lockstep-run --max-restarts, every rank restarts and resumes from the
 // newest checkpoint). It reports faults injected, steps committed against attempted, the
 // replica-step efficiency against its bound, heal times, hangs and unrecoverable errors,
@@ -29,6 +30,10 @@ namespace lockstep::bench {
 namespace {
 
 namespace fs = std::filesystem;
+
+double wall_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 struct Event {
   double t = 0;
@@ -59,43 +64,60 @@ pid_t pid_of(const std::string& dir, int id) {
   return p > 0 && ::kill(p, 0) == 0 ? p : 0;
 }
 
-// Whether replica `id`'s newest event is a commit: it holds the job's state.
+// Whether replica `id` committed a step in the last second: it holds the job's state
+// (a replica resumed after a stop shows an old commit last, and no longer does).
 bool committing(const std::string& dir, int id) {
   std::ifstream in(dir + "/log_" + std::to_string(id));
   std::string line, last;
   while (std::getline(in, line)) last = line;
-  return last.find(" commit ") != std::string::npos;
+  return last.find(" commit ") != std::string::npos && wall_now() - std::stod(last) < 1.0;
 }
 
 struct Fault {
   double t;
   int victim;
+  bool stop;  // SIGSTOP (then SIGCONT), else SIGKILL
 };
 
-// SIGKILLs a replica every [0.5, 1.5] x `every` seconds while the job runs. Fault tolerant:
-// only replicas that are committing, and only while another one is (killing the last
-// holder of the state is a total loss, which no replica scheme survives).
+// Strikes a replica every [0.5, 1.5] x `every` seconds while the job runs: SIGKILL, or with
+// probability --stops SIGSTOP and SIGCONT --stop-seconds later (a hung host that comes
+// back: dropped from the quorum meanwhile, it finds its place gone, exits and is
+// restarted). Fault tolerant: only replicas that are committing, and only while another
+// one is (killing the last holder of the state is a total loss no replica scheme survives).
 std::vector<Fault> inject(const FaultsOptions& o, const std::string& dir, bool ft,
                           const std::atomic<bool>& running) {
   std::mt19937_64 rng(o.seed);
   std::uniform_real_distribution<double> gap(0.5 * o.fault_every, 1.5 * o.fault_every);
+  std::uniform_real_distribution<double> coin(0, 1);
   std::vector<Fault> faults;
+  std::map<pid_t, double> stopped;  // pid -> when to resume it
   double next = now_s() + gap(rng);
   while (running) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (auto it = stopped.begin(); it != stopped.end();)
+      if (now_s() >= it->second) {
+        ::kill(it->first, SIGCONT);
+        it = stopped.erase(it);
+      } else {
+        ++it;
+      }
     if (now_s() < next) continue;
     std::vector<int> candidates;
-    for (int id = 0; id < o.replicas; ++id)
-      if (pid_of(dir, id) && (!ft || committing(dir, id))) candidates.push_back(id);
+    for (int id = 0; id < o.replicas; ++id) {
+      const pid_t p = pid_of(dir, id);
+      if (p && !stopped.count(p) && (!ft || committing(dir, id))) candidates.push_back(id);
+    }
     if (candidates.size() < (ft ? 2u : 1u)) continue;
     const int victim = candidates[rng() % candidates.size()];
-    if (::kill(pid_of(dir, victim), SIGKILL) == 0)
-      faults.push_back(
-          {std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-               .count(),
-           victim});
+    const pid_t pid = pid_of(dir, victim);
+    const bool stop = coin(rng) < o.stops;
+    if (::kill(pid, stop ? SIGSTOP : SIGKILL) == 0) {
+      faults.push_back({wall_now(), victim, stop});
+      if (stop) stopped[pid] = now_s() + o.stop_seconds;
+    }
     next = now_s() + gap(rng);
   }
+  for (const auto& [pid, when] : stopped) ::kill(pid, SIGCONT);
   return faults;
 }
 
@@ -182,9 +204,11 @@ std::string status_of(const Outcome& r) {
 }
 
 int driver(const FaultsOptions& o) {
-  std::printf("%d replicas (%s), %lld steps of %.0f ms, a SIGKILL every %.1f s on average\n",
-              o.replicas, o.backend.c_str(), static_cast<long long>(o.steps), o.step_ms,
-              o.fault_every);
+  std::printf(
+      "%d replicas (%s), %lld steps of %.0f ms, a fault every %.1f s on average (%.0f%% "
+      "SIGSTOP for %.0f s, the rest SIGKILL)\n",
+      o.replicas, o.backend.c_str(), static_cast<long long>(o.steps), o.step_ms, o.fault_every,
+      100 * o.stops, o.stop_seconds);
   std::fflush(stdout);
   std::vector<Outcome> runs;
   runs.push_back(run(o, "no-faults", true, false, o.timeout));
@@ -193,16 +217,18 @@ int driver(const FaultsOptions& o) {
   // gets 3 times the fault-tolerant run's time, then counts as unfinished.
   const double limit = std::min(o.timeout, std::max(60.0, 3 * runs.back().wall));
   if (o.restart_path) runs.push_back(run(o, "restart-all", false, true, limit));
-  Table table({"run", "wall s", "faults", "steps", "replica-steps", "discarded", "efficiency",
-               "bound", "job"});
+  Table table({"run", "wall s", "faults", "stops", "steps", "replica-steps", "discarded",
+               "efficiency", "bound", "job"});
   int bad = 0;
   for (const Outcome& r : runs) {
     Tally t = tally(r);
     const double ideal = double(o.replicas) * double(o.steps);
     const bool ft = r.name != "restart-all";
     const double bound = 1 - t.down_s / (double(o.replicas) * r.wall);
-    table.add({r.name, fmt(r.wall, 1), std::to_string(r.faults.size()), std::to_string(t.steps),
-               std::to_string(t.committed), std::to_string(t.discarded),
+    const auto stops =
+        std::count_if(r.faults.begin(), r.faults.end(), [](const Fault& f) { return f.stop; });
+    table.add({r.name, fmt(r.wall, 1), std::to_string(r.faults.size()), std::to_string(stops),
+               std::to_string(t.steps), std::to_string(t.committed), std::to_string(t.discarded),
                ft ? fmt(t.committed / ideal, 3) : "", ft && !r.faults.empty() ? fmt(bound, 3) : "",
                status_of(r)});
     if (ft && status_of(r) != "ok") ++bad;
@@ -242,6 +268,12 @@ Command faults_command(CLI::App& bench) {
       ->capture_default_str();
   app->add_option("--step-ms", o->step_ms, "a step's emulated compute, ms")->capture_default_str();
   app->add_option("--fault-every", o->fault_every, "mean seconds between faults")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app->add_option("--stops", o->stops, "share of the faults that are SIGSTOP (then SIGCONT)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app->add_option("--stop-seconds", o->stop_seconds, "how long a stopped replica stays stopped")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app->add_option("--ballast", o->ballast, "float32 values reduced with the gradients")

@@ -9,8 +9,10 @@ namespace lockstep::bench {
 struct FaultsOptions {
   int replicas = 3;
   int64_t steps = 3000;
-  double step_ms = 20;             // a step's compute, emulated (the replicas share 2 cores here)
-  double fault_every = 1.5;        // seconds between injected faults (uniform in [0.5, 1.5] x this)
+  double step_ms = 20;       // a step's compute, emulated (the replicas share 2 cores here)
+  double fault_every = 1.5;  // seconds between injected faults (uniform in [0.5, 1.5] x this)
+  double stops = 0;          // share of the faults that are SIGSTOP (SIGCONT after stop_seconds)
+  double stop_seconds = 5;
   int64_t ballast = 1 << 18;       // float32 values reduced with the gradients each step
   int64_t checkpoint_every = 100;  // the restart path's checkpoints, in steps
   double timeout = 900;            // a job still running after this long has hung

@@ -82,6 +82,12 @@ void QuorumState::vote(int conn, int64_t quorum_id, int64_t step, bool ok, Clock
   decide(all);
 }
 
+bool QuorumState::holder_alive() const {
+  for (int id : holders_)
+    if (alive(id)) return true;
+  return false;
+}
+
 bool QuorumState::alive(int id) const {
   for (const auto& [c, r] : replicas_)
     if (r.id == id) return true;
@@ -92,9 +98,10 @@ bool QuorumState::alive(int id) const {
 void QuorumState::decide(bool commit) {
   round_.decided = true;
   round_.outcome = commit;
-  if (commit)
+  if (commit) {
     committed_ = std::max(committed_, round_.step + 1);
-  else
+    holders_ = members_;
+  } else
     renew_ = true;
   for (const auto& [c, r] : replicas_)
     if (round_.votes.count(r.id))
@@ -171,6 +178,11 @@ void QuorumState::try_form(Clock::time_point now) {
         replicas_[c].asking = false;
         send(c, concat("DONE ", committed_));
       }
+    else if (!holder_alive())
+      stop(concat("every replica that held step ", committed_,
+                  "'s state is gone (the last "
+                  "ones at once, or while the others were down): the job cannot heal; "
+                  "restart it from its last checkpoint"));
     return;
   }
   if (int(askers.size()) < config_.min_replicas) {
@@ -209,6 +221,8 @@ void QuorumState::form(const std::vector<int>& conns) {
                           sorted.size(), ") from step ", q.max_step));
   }
   formed_once_ = true;
+  for (const auto& m : q.members)
+    if (m.step >= committed_) holders_.insert(m.id);  // it holds the last committed state
   q.id = quorum_id_;
   const std::string line = quorum_wire::format_quorum(q);
   for (int c : conns) {

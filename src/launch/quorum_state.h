@@ -76,6 +76,7 @@ class QuorumState {
   void drop(int conn, const std::string& why);
   void member_gone(int id);
   bool alive(int id) const;
+  bool holder_alive() const;
   void decide(bool commit);
   void try_form(Clock::time_point now);
   void form(const std::vector<int>& conns);
@@ -93,6 +94,9 @@ class QuorumState {
   bool renew_ = false;
   int64_t committed_ = 0;  // steps committed so far (a quorum never starts behind them)
   bool finished_ = false;  // a replica finished the job (BYE at the committed step)
+  // Replicas that hold the last committed state (its quorum's members, and members that
+  // formed a quorum at that step since): while one is alive, the job can heal.
+  std::set<int> holders_;
   Round round_;
   std::vector<Message> out_;
   std::vector<int> closed_;

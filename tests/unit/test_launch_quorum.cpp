@@ -206,18 +206,23 @@ TEST(Quorum, AJoinerWaitsForTheMembersAndGetsTheirStep) {
 }
 
 TEST(Quorum, NeverGoesBackBehindTheCommittedStep) {
-  // Every replica that held the state is gone; a fresh one must not restart the job from
-  // step 0 on its own.
-  Harness h(config(2));
-  h.join(0);
-  h.join(1);
-  run_steps(h, 4, {0, 1});
+  // A fresh replica must not restart the job from step 0 on its own while a replica that
+  // holds the state is alive but busy; once every holder is gone, the job stops, saying so.
+  Harness h(config(3));
+  for (int c = 0; c < 3; ++c) h.join(c);
+  run_steps(h, 4);
   h.st.lost(0);
   h.st.lost(1);
-  h.join(2);
-  h.st.request(2, 0, h.now);
-  h.tick(120000);
-  EXPECT_TRUE(h.take(2).empty());
+  h.join(5);
+  h.st.request(5, 0, h.now);
+  h.tick(30000);
+  EXPECT_TRUE(h.take(5).empty()) << "replica 2 holds step 4's state and will ask";
+  EXPECT_FALSE(h.st.stopped());
+  h.st.lost(2);
+  h.tick();
+  ASSERT_TRUE(h.st.stopped());
+  EXPECT_EQ(h.st.stop_reason().rfind("every replica that held step 4's state is gone", 0), 0u)
+      << h.st.stop_reason();
 }
 
 TEST(Quorum, ALatecomerToAFinishedJobIsToldItIsDone) {
