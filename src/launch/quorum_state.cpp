@@ -31,6 +31,7 @@ void QuorumState::hello(int conn, int id, const std::string& host, int port,
     }
   Replica& r = replicas_[conn];
   r.id = id;
+  r.serial = ++serials_;  // a restarted replica is a new incarnation, not its former self
   r.host = host;
   r.port = port;
   r.last_heard = now;
@@ -57,9 +58,9 @@ void QuorumState::request(int conn, int64_t step, Clock::time_point now) {
 void QuorumState::vote(int conn, int64_t quorum_id, int64_t step, bool ok, Clock::time_point) {
   auto it = replicas_.find(conn);
   if (it == replicas_.end()) return;
-  const int id = it->second.id;
+  const uint64_t me = it->second.serial;
   const std::string no = concat("VOTE ", quorum_id, " ", step, " 0");
-  if (quorum_id != quorum_id_ || members_.count(id) == 0) {
+  if (quorum_id != quorum_id_ || members_.count(me) == 0) {
     send(conn, no);  // a stale quorum: its step cannot commit
     return;
   }
@@ -68,10 +69,10 @@ void QuorumState::vote(int conn, int64_t quorum_id, int64_t step, bool ok, Clock
     send(conn, concat("VOTE ", quorum_id, " ", step, " ", round_.outcome ? 1 : 0));
     return;
   }
-  round_.votes[id] = ok;
+  round_.votes[me] = ok;
   // A member that is gone (lost, or left) will never vote: the step cannot commit.
   bool all_in = true;
-  for (int m : members_) all_in = all_in && (round_.votes.count(m) || alive(m));
+  for (uint64_t m : members_) all_in = all_in && (round_.votes.count(m) || alive(m));
   if (!all_in) {
     decide(false);
     return;
@@ -83,14 +84,14 @@ void QuorumState::vote(int conn, int64_t quorum_id, int64_t step, bool ok, Clock
 }
 
 bool QuorumState::holder_alive() const {
-  for (int id : holders_)
-    if (alive(id)) return true;
+  for (uint64_t m : holders_)
+    if (alive(m)) return true;
   return false;
 }
 
-bool QuorumState::alive(int id) const {
+bool QuorumState::alive(uint64_t serial) const {
   for (const auto& [c, r] : replicas_)
-    if (r.id == id) return true;
+    if (r.serial == serial) return true;
   return false;
 }
 
@@ -104,7 +105,7 @@ void QuorumState::decide(bool commit) {
   } else
     renew_ = true;
   for (const auto& [c, r] : replicas_)
-    if (round_.votes.count(r.id))
+    if (round_.votes.count(r.serial))
       send(c, concat("VOTE ", quorum_id_, " ", round_.step, " ", commit ? 1 : 0));
 }
 
@@ -114,26 +115,28 @@ void QuorumState::bye(int conn, int64_t step) {
   auto it = replicas_.find(conn);
   if (it == replicas_.end()) return;
   const int id = it->second.id;
+  const uint64_t serial = it->second.serial;
   log_.push_back(concat("replica ", id, " left (done after ", step, " steps)"));
   if (step >= committed_ && committed_ > 0) finished_ = true;
   replicas_.erase(it);
   closed_.push_back(conn);
-  member_gone(id);
+  member_gone(serial);
 }
 
 void QuorumState::drop(int conn, const std::string& why) {
   auto it = replicas_.find(conn);
   if (it == replicas_.end()) return;
   const int id = it->second.id;
+  const uint64_t serial = it->second.serial;
   replicas_.erase(it);
   closed_.push_back(conn);
   log_.push_back(concat("replica ", id, " lost: ", why));
-  member_gone(id);
+  member_gone(serial);
 }
 
 // A member of the quorum gone mid-vote: the step cannot commit anywhere.
-void QuorumState::member_gone(int id) {
-  if (members_.count(id) && !round_.decided && round_.step >= 0) decide(false);
+void QuorumState::member_gone(uint64_t serial) {
+  if (members_.count(serial) && !round_.decided && round_.step >= 0) decide(false);
 }
 
 std::vector<QuorumState::Message> QuorumState::advance(Clock::time_point now) {
@@ -158,7 +161,7 @@ void QuorumState::try_form(Clock::time_point now) {
     if (r.asking) {
       askers.push_back(c);
       first = std::min(first, r.asked_at);
-    } else if (members_.count(r.id)) {
+    } else if (members_.count(r.serial)) {
       waiting_for_member = true;
     }
   }
@@ -202,27 +205,28 @@ void QuorumState::try_form(Clock::time_point now) {
 
 void QuorumState::form(const std::vector<int>& conns) {
   quorum_wire::Quorum q;
-  std::set<int> ids;
+  std::set<uint64_t> serials;
   for (int c : conns) {
     const Replica& r = replicas_[c];
-    ids.insert(r.id);
+    serials.insert(r.serial);
     q.members.push_back({r.id, r.step, r.host, r.port});
     q.max_step = std::max(q.max_step, r.step);
   }
   std::sort(q.members.begin(), q.members.end(),
             [](const quorum_wire::Member& a, const quorum_wire::Member& b) { return a.id < b.id; });
-  if (!formed_once_ || ids != members_ || renew_) {
+  if (!formed_once_ || serials != members_ || renew_) {
     ++quorum_id_;
     renew_ = false;
-    members_ = ids;
+    members_ = serials;
     round_ = Round{};
-    std::vector<int> sorted(ids.begin(), ids.end());
-    log_.push_back(concat("quorum ", quorum_id_, ": replicas ", id_list(sorted), " (",
-                          sorted.size(), ") from step ", q.max_step));
+    std::vector<int> ids;
+    for (const auto& m : q.members) ids.push_back(m.id);
+    log_.push_back(concat("quorum ", quorum_id_, ": replicas ", id_list(ids), " (", ids.size(),
+                          ") from step ", q.max_step));
   }
   formed_once_ = true;
-  for (const auto& m : q.members)
-    if (m.step >= committed_) holders_.insert(m.id);  // it holds the last committed state
+  for (int c : conns)  // those at the committed step hold its state
+    if (replicas_[c].step >= committed_) holders_.insert(replicas_[c].serial);
   q.id = quorum_id_;
   const std::string line = quorum_wire::format_quorum(q);
   for (int c : conns) {

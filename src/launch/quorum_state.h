@@ -57,8 +57,11 @@ class QuorumState {
   std::vector<std::string> take_log();
 
  private:
+  // Replicas are told apart by incarnation (serial): a restarted one, with its id, is not
+  // its former self (it holds no state and never joined the former's quorum).
   struct Replica {
     int id = -1;
+    uint64_t serial = 0;
     std::string host;
     int port = 0;
     Clock::time_point last_heard;
@@ -68,14 +71,14 @@ class QuorumState {
   };
   struct Round {  // the commit vote of one step of the current quorum
     int64_t step = -1;
-    std::map<int, bool> votes;  // replica id -> ok
+    std::map<uint64_t, bool> votes;  // serial -> ok
     bool decided = false;
     bool outcome = false;
   };
 
   void drop(int conn, const std::string& why);
-  void member_gone(int id);
-  bool alive(int id) const;
+  void member_gone(uint64_t serial);
+  bool alive(uint64_t serial) const;
   bool holder_alive() const;
   void decide(bool commit);
   void try_form(Clock::time_point now);
@@ -86,7 +89,8 @@ class QuorumState {
 
   QuorumConfig config_;
   std::map<int, Replica> replicas_;  // by connection
-  std::set<int> members_;            // replica ids of the current quorum
+  std::set<uint64_t> members_;       // serials of the current quorum's replicas
+  uint64_t serials_ = 0;
   int64_t quorum_id_ = 0;
   bool formed_once_ = false;
   // A step of the current quorum failed: the next quorum gets a new id even with the same
@@ -96,7 +100,7 @@ class QuorumState {
   bool finished_ = false;  // a replica finished the job (BYE at the committed step)
   // Replicas that hold the last committed state (its quorum's members, and members that
   // formed a quorum at that step since): while one is alive, the job can heal.
-  std::set<int> holders_;
+  std::set<uint64_t> holders_;
   Round round_;
   std::vector<Message> out_;
   std::vector<int> closed_;

@@ -185,6 +185,34 @@ TEST(Quorum, AFailedVoteRenewsTheIdEvenWithTheSameMembers) {
   EXPECT_EQ(h.quorum_of(0).id, 2) << "members keep a group that may be broken";
 }
 
+TEST(Quorum, ARestartedReplicaIsNotItsFormerSelf) {
+  // Replica 2 dies after the quorum formed and before anyone voted; its restart connects
+  // with the same id. The survivors' vote must not wait for the newcomer, which never
+  // joined that quorum (found by lockstep-bench faults: a soak that stopped dead).
+  Harness h(config(3));
+  for (int c = 0; c < 3; ++c) h.join(c);
+  run_steps(h, 2);
+  for (int c = 0; c < 3; ++c) h.st.request(c, 2, h.now);
+  h.tick(10);
+  for (int c = 0; c < 3; ++c) h.quorum_of(c);
+  h.st.lost(2);
+  h.st.hello(9, 2, "127.0.0.1", 1009, h.now);  // replica 2 again, a new connection
+  h.st.request(9, 0, h.now);
+  h.st.vote(0, 1, 2, true, h.now);
+  h.st.vote(1, 1, 2, true, h.now);
+  EXPECT_EQ(h.take(0), std::vector<std::string>{"VOTE 1 2 0"});
+  EXPECT_EQ(h.take(1), std::vector<std::string>{"VOTE 1 2 0"});
+  // The next quorum: a new id, replica 2's new incarnation behind, to be healed.
+  h.st.request(0, 2, h.now);
+  h.st.request(1, 2, h.now);
+  h.tick(10);
+  Quorum q = h.quorum_of(9);
+  EXPECT_EQ(q.id, 2);
+  EXPECT_EQ(q.max_step, 2);
+  ASSERT_EQ(q.members.size(), 3u);
+  EXPECT_EQ(q.members[2].step, 0);
+}
+
 TEST(Quorum, AJoinerWaitsForTheMembersAndGetsTheirStep) {
   Harness h(config(2));
   h.join(0);
