@@ -108,6 +108,15 @@ TEST(Quorum, FirstQuorumFormsWithWhoCameAfterTheJoinWait) {
   EXPECT_EQ(h.quorum_of(0).members.size(), 2u);
 }
 
+// Replicas 0..n-1 ask for step `step`'s quorum and get it; returns its id.
+int64_t ask_all(Harness& h, int n, int64_t step) {
+  for (int c = 0; c < n; ++c) h.st.request(c, step, h.now);
+  h.tick(10);
+  int64_t id = 0;
+  for (int c = 0; c < n; ++c) id = h.quorum_of(c).id;
+  return id;
+}
+
 // Forms a 3-replica quorum at step 0 and commits `steps` steps; returns the quorum id.
 int64_t run_steps(Harness& h, int steps, const std::vector<int>& conns = {0, 1, 2}) {
   int64_t id = 0;
@@ -133,9 +142,7 @@ TEST(Quorum, AMemberLostMidVoteFailsTheStepEverywhereAndRenewsTheQuorum) {
   Harness h(config(3));
   for (int c = 0; c < 3; ++c) h.join(c);
   run_steps(h, 2);
-  for (int c = 0; c < 3; ++c) h.st.request(c, 2, h.now);
-  h.tick(10);
-  for (int c = 0; c < 3; ++c) h.quorum_of(c);
+  ask_all(h, 3, 2);
   h.st.vote(0, 1, 2, true, h.now);  // replica 0 reduced fine, then replica 2 dies
   h.st.lost(2);
   h.tick();
@@ -157,9 +164,7 @@ TEST(Quorum, AVoteAfterTheLossIsStillRefused) {
   Harness h(config(3));
   for (int c = 0; c < 3; ++c) h.join(c);
   run_steps(h, 1);
-  for (int c = 0; c < 3; ++c) h.st.request(c, 1, h.now);
-  h.tick(10);
-  for (int c = 0; c < 3; ++c) h.quorum_of(c);
+  ask_all(h, 3, 1);
   h.st.lost(2);
   h.tick();
   h.st.vote(0, 1, 1, true, h.now);
@@ -173,9 +178,7 @@ TEST(Quorum, AFailedVoteRenewsTheIdEvenWithTheSameMembers) {
   h.join(0);
   h.join(1);
   run_steps(h, 1, {0, 1});
-  for (int c = 0; c < 2; ++c) h.st.request(c, 1, h.now);
-  h.tick(10);
-  for (int c = 0; c < 2; ++c) h.quorum_of(c);
+  ask_all(h, 2, 1);
   h.st.vote(0, 1, 1, false, h.now);  // a timeout on replica 0, nobody died
   h.st.vote(1, 1, 1, true, h.now);
   EXPECT_EQ(h.take(0), std::vector<std::string>{"VOTE 1 1 0"});
@@ -192,9 +195,7 @@ TEST(Quorum, ARestartedReplicaIsNotItsFormerSelf) {
   Harness h(config(3));
   for (int c = 0; c < 3; ++c) h.join(c);
   run_steps(h, 2);
-  for (int c = 0; c < 3; ++c) h.st.request(c, 2, h.now);
-  h.tick(10);
-  for (int c = 0; c < 3; ++c) h.quorum_of(c);
+  ask_all(h, 3, 2);
   h.st.lost(2);
   h.st.hello(9, 2, "127.0.0.1", 1009, h.now);  // replica 2 again, a new connection
   h.st.request(9, 0, h.now);
