@@ -77,10 +77,7 @@ bool Manager::start_step() {
   failed_ = false;
   last_error_.clear();
   const quorum_wire::Quorum q = client_->quorum(step_, options_.quorum_timeout);
-  if (q.done) {
-    done_ = true;
-    return false;
-  }
+  if (q.done) return false;
   members_.clear();
   rank_ = -1;
   for (const auto& m : q.members) {

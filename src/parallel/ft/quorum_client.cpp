@@ -70,9 +70,10 @@ std::string QuorumClient::local_host() const {
   socklen_t len = sizeof sa;
   char buf[INET6_ADDRSTRLEN] = {};
   if (getsockname(fd_, reinterpret_cast<sockaddr*>(&sa), &len) != 0) return "127.0.0.1";
-  const void* addr = sa.ss_family == AF_INET6
-                         ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&sa)->sin6_addr)
-                         : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&sa)->sin_addr);
+  const void* addr =
+      sa.ss_family == AF_INET6
+          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&sa)->sin6_addr)
+          : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&sa)->sin_addr);
   return inet_ntop(sa.ss_family, addr, buf, sizeof buf) ? buf : "127.0.0.1";
 }
 

@@ -106,7 +106,6 @@ class Manager {
   bool should_commit();
 
   int64_t step() const { return step_; }  // committed steps (the step being made)
-  bool done() const { return done_; }     // start_step() found the job finished
   int replica_id() const { return replica_id_; }
   int replica_rank() const { return rank_; }  // index among the step's members
   int replicas() const { return int(members_.size()); }
@@ -137,7 +136,6 @@ class Manager {
   int rank_ = 0;
   int64_t step_ = 0;
   bool failed_ = false;
-  bool done_ = false;
   std::string last_error_;
   std::chrono::steady_clock::time_point step_start_;
   ManagerStats stats_;

@@ -61,7 +61,6 @@ class QuorumClient {
 
   // The replica finished `step` steps and leaves (done, not lost). Never throws.
   void bye(int64_t step) noexcept;
-  const std::string& address() const { return address_; }
 
  private:
   void send_line(const std::string& line);
