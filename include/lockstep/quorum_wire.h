@@ -7,6 +7,7 @@
 //
 //   replica -> service                      service -> replica
 //   HELLO <replica id> <host> <store port>  (nothing)
+//     [<min replicas>]                      (the replica's own minimum; optional)
 //   HB                                      (nothing; a heartbeat)
 //   QUORUM <step>                           QUORUM <quorum id> <max step> <n> <member>...
 //                                             member = <replica id>:<step>:<host>:<port>

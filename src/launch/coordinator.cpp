@@ -53,10 +53,11 @@ bool dispatch(QuorumState& st, int fd, const std::string& line, Clock::time_poin
     return true;
   }
   if (word == "HELLO") {
-    int id = -1, port = 0;
+    int id = -1, port = 0, min_replicas = 0;
     std::string host;
     if (!(in >> id >> host >> port) || id < 0) return false;
-    st.hello(fd, id, host, port, now);
+    if (!(in >> min_replicas)) min_replicas = 0;  // optional
+    st.hello(fd, id, host, port, now, min_replicas);
     return true;
   }
   if (word == "QUORUM") {

@@ -279,6 +279,12 @@ void Group::replica_failed(std::size_t i) {
     say(name + " failed (" + how + ") after other replicas finished the job; not restarted");
     return;
   }
+  const int st = ranks_[i].status;
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 2) {  // every lockstep program's usage/config error
+    say(name + " failed (" + how +
+        ": a usage or configuration error, which a restart would repeat); not restarted");
+    return;
+  }
   if (ft_restarts_ >= opt_.max_restarts) {
     say(name + " failed (" + how + "); not restarted (--max-restarts " +
         std::to_string(opt_.max_restarts) + " used); the other replicas go on without it");

@@ -22,8 +22,12 @@ std::string id_list(const std::vector<int>& ids) {
 
 }  // namespace
 
-void QuorumState::hello(int conn, int id, const std::string& host, int port,
-                        Clock::time_point now) {
+void QuorumState::hello(int conn, int id, const std::string& host, int port, Clock::time_point now,
+                        int min_replicas) {
+  if (min_replicas > config_.min_replicas) {
+    config_.min_replicas = min_replicas;
+    min_from_ = id;
+  }
   for (auto& [c, r] : replicas_)
     if (r.id == id && c != conn) {
       drop(c, "a new connection of the same replica replaced it");
@@ -36,6 +40,11 @@ void QuorumState::hello(int conn, int id, const std::string& host, int port,
   r.port = port;
   r.last_heard = now;
   if (stopped()) send(conn, "STOP " + stop_reason_);
+}
+
+// Where the minimum came from, for the STOP line.
+std::string QuorumState::min_name() const {
+  return min_from_ < 0 ? "--min-replicas" : concat("min_replicas (replica ", min_from_, "'s)");
 }
 
 void QuorumState::heard(int conn, Clock::time_point now) {
@@ -193,11 +202,11 @@ void QuorumState::try_form(Clock::time_point now) {
     ids.reserve(askers.size());
     for (int c : askers) ids.push_back(replicas_[c].id);
     std::sort(ids.begin(), ids.end());
-    stop(formed_once_ ? concat("fewer than --min-replicas ", config_.min_replicas,
+    stop(formed_once_ ? concat("fewer than ", min_name(), " ", config_.min_replicas,
                                " replicas remain (", ids.size(), ": ", id_list(ids), ")")
-                      : concat("only ", ids.size(), " replicas (", id_list(ids),
-                               ") of the --min-replicas ", config_.min_replicas,
-                               " needed came within ", seconds(config_.join_wait), " s"));
+                      : concat("only ", ids.size(), " replicas (", id_list(ids), ") of the ",
+                               min_name(), " ", config_.min_replicas, " needed came within ",
+                               seconds(config_.join_wait), " s"));
     return;
   }
   form(askers);

@@ -37,9 +37,13 @@ class QuorumState {
   };
 
   explicit QuorumState(QuorumConfig config) : config_(config) {}
+  int min_replicas() const { return config_.min_replicas; }
 
   // Events from connection `conn` (any number; a replica is known once it said HELLO).
-  void hello(int conn, int id, const std::string& host, int port, Clock::time_point now);
+  // `min_replicas` > 0: the replica's own minimum (fault_tolerance.min_replicas); the job's
+  // is the largest of --min-replicas and every replica's.
+  void hello(int conn, int id, const std::string& host, int port, Clock::time_point now,
+             int min_replicas = 0);
   void heard(int conn, Clock::time_point now);  // any line, a heartbeat included
   void request(int conn, int64_t step, Clock::time_point now);
   void vote(int conn, int64_t quorum_id, int64_t step, bool ok, Clock::time_point now);
@@ -77,6 +81,7 @@ class QuorumState {
   };
 
   void drop(int conn, const std::string& why);
+  std::string min_name() const;
   void member_gone(uint64_t serial);
   bool alive(uint64_t serial) const;
   bool holder_alive() const;
@@ -88,6 +93,7 @@ class QuorumState {
   void send(int conn, std::string line) { out_.push_back({conn, std::move(line)}); }
 
   QuorumConfig config_;
+  int min_from_ = -1;  // the replica whose HELLO raised min_replicas (-1: --min-replicas)
   std::map<int, Replica> replicas_;  // by connection
   std::set<uint64_t> members_;       // serials of the current quorum's replicas
   uint64_t serials_ = 0;

@@ -66,3 +66,10 @@ set_tests_properties(train_precision PROPERTIES LABELS "train;multiprocess" TIME
 add_test(NAME train_diloco
          COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/diloco_test.sh ${TRAIN_TEST_ARGS})
 set_tests_properties(train_diloco PROPERTIES LABELS "train;multiprocess;diloco" TIMEOUT 300)
+
+# fault_tolerance.enable at 3 replicas under lockstep-run --fault-tolerant: == DDP without
+# faults (bit for bit); a replica killed at each point of a step, while healing or while
+# writing a checkpoint; stop and resume; min_replicas (tests/train/ft_train_test.sh).
+add_test(NAME train_fault_tolerance
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/ft_train_test.sh ${TRAIN_TEST_ARGS})
+set_tests_properties(train_fault_tolerance PROPERTIES LABELS "train;multiprocess" TIMEOUT 400)

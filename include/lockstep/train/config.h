@@ -140,6 +140,17 @@ struct CheckpointConfig {
   std::string mode = "async";
 };
 
+// Training that survives lost replicas (docs/fault-tolerance.md): each rank of
+// `lockstep-run --fault-tolerant` is a replica; a lost one is dropped at the next step and
+// restarted alone, and joins again healed by a live one.
+struct FaultToleranceConfig {
+  bool enable = false;
+  int64_t min_replicas = 1;       // fewer left: the job stops cleanly, saying so
+  double heartbeat_s = 0.25;      // to the quorum service
+  double timeout_s = 60;          // each cross-replica op: the bound on a stuck peer
+  double quorum_timeout_s = 300;  // how long a replica waits for a quorum
+};
+
 struct LogConfig {
   int64_t every_steps = 10;
   bool progress = true;
@@ -157,6 +168,7 @@ struct TrainConfig {
   MemoryConfig memory;
   EvalConfig eval;
   CheckpointConfig checkpoint;
+  FaultToleranceConfig fault_tolerance;
   LogConfig log;
 
   std::string source;  // the config file path

@@ -56,7 +56,8 @@ Manager::Manager(ManagerOptions options, StateFns state)
   auto store = c10::make_intrusive<c10d::TCPStore>(host_, so);
   const int port = store->getPort();
   own_store_ = store;
-  client_->hello(replica_id_, host_, port);
+  step_ = options_.start_step;
+  client_->hello(replica_id_, host_, port, options_.min_replicas);
 }
 
 Manager::~Manager() {
@@ -128,8 +129,7 @@ void Manager::rebuild(const quorum_wire::Quorum& q) {
   io.env = e;
   group_ = comm::make_group(store, io, concat("lockstep-ft/q", q.id, "/"));
   need_rebuild_ = false;
-  ++stats_.rebuilds;
-  stats_.rebuild_s += since(t0);
+  if (stats_.rebuilds++ > 0) stats_.rebuild_s += since(t0);  // the first is not a loss
 }
 
 // Replicas behind the quorum's furthest step take the state of one that is there: the

@@ -77,8 +77,9 @@ std::string QuorumClient::local_host() const {
   return inet_ntop(sa.ss_family, addr, buf, sizeof buf) ? buf : "127.0.0.1";
 }
 
-void QuorumClient::hello(int replica_id, const std::string& store_host, int store_port) {
-  send_line(concat("HELLO ", replica_id, " ", store_host, " ", store_port));
+void QuorumClient::hello(int replica_id, const std::string& store_host, int store_port,
+                         int min_replicas) {
+  send_line(concat("HELLO ", replica_id, " ", store_host, " ", store_port, " ", min_replicas));
   beater_ = std::thread([this] { beat(); });
 }
 

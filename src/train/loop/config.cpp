@@ -160,6 +160,12 @@ void declare_trainer_keys(ConfigSchema& s, TrainConfig& c,
   s.i64("checkpoint.keep", c.checkpoint.keep, 1);
   s.str("checkpoint.dir", c.checkpoint.dir);
   s.one_of("checkpoint.mode", c.checkpoint.mode, {"async", "sync"});
+  auto& ft = c.fault_tolerance;
+  s.boolean("fault_tolerance.enable", ft.enable);
+  s.i64("fault_tolerance.min_replicas", ft.min_replicas, 1);
+  s.f64("fault_tolerance.heartbeat_s", ft.heartbeat_s, 0.01, 10);
+  s.f64("fault_tolerance.timeout_s", ft.timeout_s, 0.5);
+  s.f64("fault_tolerance.quorum_timeout_s", ft.quorum_timeout_s, 1);
   s.i64("log.every_steps", c.log.every_steps, 1);
   s.boolean("log.progress", c.log.progress);
   s.boolean("log.tensorboard", c.log.tensorboard);
@@ -242,9 +248,29 @@ void validate_diloco_keys(const TrainConfig& c, const toml::table& root) {
   }
 }
 
+// fault_tolerance.enable: a replica is one DDP rank whose gradients the fault-tolerant step
+// averages itself, in full precision.
+void validate_fault_tolerance_keys(const TrainConfig& c, const toml::table& root) {
+  if (!c.fault_tolerance.enable) return;
+  auto at = [&](const char* section, const char* key) {
+    const toml::node* n = root[section][key].node();
+    return n ? where(*n) : c.source + ": ";
+  };
+  const auto& st = c.strategy;
+  if (st.kind != "ddp")
+    throw ConfigError(at("strategy", "kind") + "key 'strategy.kind' = '" + st.kind +
+                      "': fault_tolerance.enable = true needs \"ddp\" (a replica is one rank; "
+                      "HSDP replicas are not yet supported, docs/fault-tolerance.md)");
+  if (st.comm_hook != "none")
+    throw ConfigError(at("strategy", "comm_hook") + "key 'strategy.comm_hook' = '" + st.comm_hook +
+                      "': under fault_tolerance.enable = true the gradients are averaged in "
+                      "full precision over the step's replicas; set comm_hook = \"none\"");
+}
+
 // Checks across the trainer's keys once all are set. `root` gives the offending key's line.
 void validate_trainer_keys(const TrainConfig& c, const toml::table& root) {
   validate_precision_keys(c, root);
+  validate_fault_tolerance_keys(c, root);
   const auto& st = c.strategy;
   if (st.kind == "fsdp" && st.comm_hook != "none") {
     const toml::node* n = root["strategy"]["comm_hook"].node();

@@ -179,14 +179,18 @@ bool StepRunner::finite_or_skip(double loss_sum, int64_t step_number) {
       "skip such steps"));
 }
 
-double StepRunner::step(BatchStream& batches, double lr, int64_t accum, int64_t step_number) {
+void StepRunner::begin_step(double lr) {
   for (auto& g : optimizer_->param_groups()) g.options().set_lr(lr);
   optimizer_->zero_grad();
+}
+
+double StepRunner::accumulate(BatchStream& batches, int64_t accum, double weight) {
   double loss_sum = 0;
   for (int64_t m = 0; m < accum; ++m) {
     const auto batch = batches.next(cfg_.train.batch_size);
     auto run = [&] {
       auto loss = forward_loss(*batch) / double(accum);
+      if (weight != 1.0) loss = loss * weight;
       (scaler_ ? scaler_->scale(loss) : loss).backward();
       loss_sum += loss.item<double>();
     };
@@ -197,6 +201,26 @@ double StepRunner::step(BatchStream& batches, double lr, int64_t accum, int64_t 
       run();
     }
   }
+  return loss_sum;
+}
+
+bool StepRunner::apply_step(double loss_sum, int64_t step_number) {
+  const bool go = finite_or_skip(loss_sum, step_number);
+  if (go) clip_gradients();  // on unscaled gradients
+  if (scaler_) {
+    scaler_->step(*optimizer_);  // skips what the scaler decided to skip
+    scaler_->update();
+  } else if (go) {
+    optimizer_->step();
+  }
+  if (!go) ++stats_.skipped_steps;
+  diloco_step(false);  // a skipped step counts too: the same count on every rank
+  return go;
+}
+
+double StepRunner::step(BatchStream& batches, double lr, int64_t accum, int64_t step_number) {
+  begin_step(lr);
+  double loss_sum = accumulate(batches, accum, 1.0);
   if (ddp_) {
     const auto& s = ddp_->last_step_stats();
     stats_.exposed_comm_s += s.exposed_comm_s;
@@ -211,16 +235,7 @@ double StepRunner::step(BatchStream& batches, double lr, int64_t accum, int64_t 
         break;
       }
   }
-  const bool go = finite_or_skip(loss_sum, step_number);
-  if (go) clip_gradients();  // on unscaled gradients
-  if (scaler_) {
-    scaler_->step(*optimizer_);  // skips what the scaler decided to skip
-    scaler_->update();
-  } else if (go) {
-    optimizer_->step();
-  }
-  if (!go) ++stats_.skipped_steps;
-  diloco_step(false);  // a skipped step counts too: the same count on every rank
+  apply_step(loss_sum, step_number);
   return loss_sum;
 }
 

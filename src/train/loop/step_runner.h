@@ -76,6 +76,16 @@ class StepRunner {
   // "skip", or loss scaling) or throws NonFiniteStep on every rank ("stop"), before the
   // optimizer touches the parameters.
   double step(BatchStream& batches, double lr, int64_t accum, int64_t step_number);
+  // The same step in parts, for a loop that averages the gradients itself (the
+  // fault-tolerant one, ft_loop.h) between accumulate() and apply_step():
+  //   begin_step(lr); loss = accumulate(...) [+ accumulate(...)]; <average>; apply_step(...)
+  // begin_step sets lr and zeroes the gradients. accumulate runs `accum` micro-batches of
+  // `batches`, each loss weighted by weight / accum, and returns their weighted sum.
+  // apply_step decides on finiteness (as step(): over the group, or alone without one),
+  // clips, steps the optimizer (or skips the step); false when it skipped.
+  void begin_step(double lr);
+  double accumulate(BatchStream& batches, int64_t accum, double weight);
+  bool apply_step(double loss_sum, int64_t step_number);
   const CommStats& comm_stats() const { return stats_; }
   // The loss scaler (precision.loss_scaling = "dynamic"), else null.
   numerics::GradScaler* scaler() { return scaler_.get(); }

@@ -7,23 +7,29 @@
 #include "train/checkpoint/checkpointer.h"
 #include "train/loop/batch_plan.h"
 #include "train/loop/lr_schedule.h"
+#include "train/loop/replica_loop.h"
 #include "train/loop/step_runner.h"
 #include "train/report/run_report.h"
 #include "train/report/step_log.h"
 
 #include <lockstep/comm/init.h>
+#include <lockstep/env_contract.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 #include <zlib.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
 #include <optional>
 
 namespace lockstep::train {
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // CRC-32 (zlib's) over every parameter's bytes in order: a fingerprint of the final model
 // that two runs can be compared by.
@@ -42,12 +48,6 @@ int64_t count_parameters(torch::nn::Module& model) {
   return n;
 }
 
-struct LoopResult {
-  int64_t step = 0;
-  double last_loss = 0;
-  bool stopped = false;  // by train.stop_after_steps, before the last step
-};
-
 }  // namespace
 
 struct Trainer::Impl {
@@ -56,11 +56,15 @@ struct Trainer::Impl {
   TrainerOptions opt;
   std::shared_ptr<comm::ProcessGroup> group;  // set for every strategy.kind but "single"
   RunContext ctx;                             // ctx.group: group when world > 1, else null
+  RunContext solo;  // fault_tolerance.enable: the workload's data and evaluation, alone
   BatchPlan plan;
   std::shared_ptr<torch::nn::Module> model;
   double t_loop = 0;  // when the training loop began (eval.csv's wall_s counts from it)
 
   int run();
+  int run_replica(double t_start);
+  void join_replicas();
+  void prepare_data_alone();
   void join_group();
   std::string strategy_detail() const;
   void build_model();
@@ -70,7 +74,7 @@ struct Trainer::Impl {
   EvalResult evaluate();
   EvalResult evaluate_gathered(StepRunner& runner);
   int finish(const LoopResult& loop, StepRunner& runner, StepLog& log, int64_t start_step,
-             double t_start);
+             double t_start, const ReplicaLoop* replica = nullptr);
   double mean_comm_share(const StepRunner& runner, const StepLog& log) const;
 };
 
@@ -134,9 +138,74 @@ bool Trainer::Impl::resume_requested() const {
   return opt.resume || restarts > 0;
 }
 
+// fault_tolerance.enable: this process is replica LOCKSTEP_REPLICA_ID of the WORLD_SIZE
+// launched; no process group (the replicas' own is rebuilt every time they change).
+void Trainer::Impl::join_replicas() {
+  if (!std::getenv(env::kCoordinator))
+    throw ConfigError(cfg.source + ": fault_tolerance.enable = true but " + env::kCoordinator +
+                      " is not set: start the job with lockstep-run --fault-tolerant");
+  const auto env = comm::LaunchEnv::from_environment();
+  const char* id = std::getenv(env::kReplicaId);
+  ctx.config = &cfg;
+  ctx.rank = id ? std::atoi(id) : env.rank;
+  ctx.world = env.world_size;
+  solo.config = &cfg;
+  if (cfg.fault_tolerance.min_replicas > ctx.world)
+    throw ConfigError(detail::concat(
+        cfg.source, ": fault_tolerance.min_replicas = ", cfg.fault_tolerance.min_replicas,
+        " but the job has ", ctx.world, " replicas; lower it or start more"));
+  ctx.say(detail::concat("config ", cfg.source, ", workload ", cfg.run.workload, ", ", ctx.world,
+                         " replica(s), fault tolerant (min ", cfg.fault_tolerance.min_replicas,
+                         "), strategy ", cfg.strategy.kind));
+}
+
+// Each replica makes sure of the data alone, one at a time (a lock file in run.out_dir):
+// the first makes it, the others find it made. A restarted replica finds it at once.
+void Trainer::Impl::prepare_data_alone() {
+  std::filesystem::create_directories(cfg.run.out_dir);
+  const std::string path = cfg.run.out_dir + "/.prepare-data.lock";
+  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot open " + path + ": " + std::strerror(errno));
+  while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+  }
+  try {
+    workload->prepare_data(solo);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+}
+
+int Trainer::Impl::run_replica(double t_start) {
+  join_replicas();
+  prepare_data_alone();
+  if (opt.generate_only) return kExitOk;
+  plan = plan_batches(cfg, ctx.world, workload->examples_per_rank(ctx));
+  for (const auto& line : describe(plan, cfg, ctx.world)) ctx.say(line);
+  build_model();
+  StepRunner runner(cfg, *workload, model, nullptr);
+  ReplicaLoop replica(cfg, *workload, plan, ctx, model, runner);
+  // A restarted replica is healed by a live one, never from a checkpoint.
+  const LoopResult loop =
+      replica.run(opt.resume && restart_count_from_env() == 0, [this] { return evaluate(); });
+  // Every replica that finished holds the same bits: the line to compare them by.
+  if (loop.step > 0)
+    std::cout << "[lockstep-train] replica " << ctx.rank << " ended at step " << loop.step
+              << ", parameters crc32 " << parameter_crc32(*model) << std::endl;
+  if (loop.stopped) {
+    ctx.say("stopped after step " + std::to_string(loop.step) +
+            " (train.stop_after_steps); continue with --resume");
+    return kExitOk;
+  }
+  if (!replica.reports()) return kExitOk;  // the last step's first member reports
+  return finish(loop, runner, *replica.log(), replica.record().joined_at, t_start, &replica);
+}
+
 int Trainer::Impl::run() {
   const double t_start = now_s();
   torch::set_num_threads(int(cfg.train.threads));
+  if (cfg.fault_tolerance.enable) return run_replica(t_start);
   join_group();
   workload->prepare_data(ctx);
   if (opt.generate_only) return kExitOk;
@@ -213,7 +282,7 @@ double Trainer::Impl::mean_comm_share(const StepRunner& runner, const StepLog& l
 EvalResult Trainer::Impl::evaluate() {
   torch::NoGradGuard no_grad;
   model->eval();
-  EvalResult result = workload->evaluate(ctx);
+  EvalResult result = workload->evaluate(cfg.fault_tolerance.enable ? solo : ctx);
   model->train();
   return result;
 }
@@ -228,7 +297,7 @@ EvalResult Trainer::Impl::evaluate_gathered(StepRunner& runner) {
 // Evaluation (every rank), then the gate, files and summary (rank 0). Under FSDP all of it
 // reads the full parameters, gathered for the duration (FSDPCore::FullParamsGuard).
 int Trainer::Impl::finish(const LoopResult& loop, StepRunner& runner, StepLog& log,
-                          int64_t start_step, double t_start) {
+                          int64_t start_step, double t_start, const ReplicaLoop* replica) {
   std::optional<fsdp::FSDPCore::FullParamsGuard> full_params;
   if (runner.fsdp()) full_params.emplace(*runner.fsdp());
   const double t_eval = now_s();
@@ -238,7 +307,7 @@ int Trainer::Impl::finish(const LoopResult& loop, StepRunner& runner, StepLog& l
   s.eval_time = now_s() - t_eval;
   const GateDecision gate = decide_gate(cfg, result);
   s.world = ctx.world;
-  s.backend = group ? group->backend_name() : "none";
+  s.backend = group ? group->backend_name() : replica ? "replicas" : "none";
   s.step = loop.step;
   s.steps_run = loop.step - start_step;
   s.steps_per_epoch = plan.steps_per_epoch;
@@ -247,7 +316,7 @@ int Trainer::Impl::finish(const LoopResult& loop, StepRunner& runner, StepLog& l
   s.train_time = log.train_time();
   s.samples_per_s = s.train_time > 0 ? double(s.steps_run * s.global_batch) / s.train_time : 0;
   s.comm_share = mean_comm_share(runner, log);
-  s.comm_measured = runner.fsdp() == nullptr;
+  s.comm_measured = runner.fsdp() == nullptr && replica == nullptr;
   const CommStats& c = runner.comm_stats();
   s.bytes_per_step = c.sync_steps ? c.bytes_sent / c.sync_steps : 0;
   s.final_loss = loop.last_loss;
@@ -255,7 +324,8 @@ int Trainer::Impl::finish(const LoopResult& loop, StepRunner& runner, StepLog& l
   s.skipped_steps = c.skipped_steps;
   s.loss_scale = runner.scaler() ? runner.scaler()->get_scale() : 0;
   s.wall_time = now_s() - t_start;
-  if (ctx.rank == 0) report_run(cfg, *workload, result, gate, s, log.tensorboard());
+  if (replica) s.replica = replica->record();
+  if (replica || ctx.rank == 0) report_run(cfg, *workload, result, gate, s, log.tensorboard());
   ctx.barrier();
   return gate.passed ? kExitOk : kExitGateFailed;
 }

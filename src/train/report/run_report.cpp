@@ -41,6 +41,22 @@ double mean_of(const std::vector<double>& v) {
   return m;
 }
 
+json replica_json(const std::optional<ReplicaRecord>& r) {
+  if (!r) return nullptr;
+  return {{"replica_id", r->replica_id},
+          {"replicas_at_end", r->replicas_at_end},
+          {"joined_at_step", r->joined_at},
+          {"committed_steps", r->committed},
+          {"discarded_steps", r->discarded},
+          {"heals_received", r->heals_received},
+          {"heals_given", r->heals_given},
+          {"group_rebuilds", r->rebuilds},
+          {"time_lost_s", r->time_lost_s()},
+          {"discarded_s", r->discarded_s},
+          {"heal_s", r->heal_s},
+          {"rebuild_s", r->rebuild_s}};
+}
+
 json summary_json(const TrainConfig& cfg, const EvalResult& r, const GateDecision& g,
                   const RunStats& s, const ExportResult& exported, const std::string& tb_path,
                   const std::string& png) {
@@ -65,6 +81,7 @@ json summary_json(const TrainConfig& cfg, const EvalResult& r, const GateDecisio
           {"param_crc32", s.param_crc32},
           {"skipped_steps", s.skipped_steps},
           {"loss_scale", s.loss_scale > 0 ? json(s.loss_scale) : json(nullptr)},
+          {"fault_tolerance", replica_json(s.replica)},
           {"metrics", json::parse(r.metrics_json)},
           {"gate", gate_json(g)},
           {"paths",
@@ -94,6 +111,12 @@ void print_summary(const TrainConfig& cfg, const EvalResult& r, const RunStats& 
     os << "exposed comm " << 100 * s.comm_share << "% of step time\n";
   else
     os << "exposed comm not measured (" << cfg.strategy.kind << ")\n";
+  if (s.replica)
+    os << "  fault tolerance (replica " << s.replica->replica_id << "): " << s.replica->committed
+       << " steps committed, " << s.replica->discarded << " discarded, "
+       << s.replica->heals_received + s.replica->heals_given << " heals, "
+       << s.replica->time_lost_s() << " s lost; " << s.replica->replicas_at_end
+       << " replicas at the end\n";
   os << indented(r.report) << "  metrics: " << cfg.run.out_dir
      << "/summary.json, eval.json, metrics/loss-rank-*.csv"
      << (tb_path.empty() ? "" : ", " + tb_path) << (png.empty() ? "" : "\n  loss curve: " + png);

@@ -8,12 +8,27 @@
 #include <lockstep/train/workload.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace lockstep::train {
 
 // Run statistics the summary reports (each already combined over ranks where it says so).
+// A fault-tolerant run (fault_tolerance.enable), as the replica that reports it saw it.
+struct ReplicaRecord {
+  int replica_id = 0;
+  int replicas_at_end = 0;  // members of the last committed step
+  int64_t joined_at = 0;    // the step this process started training at (healed to it)
+  int64_t committed = 0;    // steps this process committed
+  int64_t discarded = 0;    // steps it attempted and threw away (a member failed)
+  int64_t heals_received = 0;
+  int64_t heals_given = 0;
+  int64_t rebuilds = 0;  // cross-replica groups built
+  double discarded_s = 0, heal_s = 0, rebuild_s = 0;
+  double time_lost_s() const { return discarded_s + heal_s + rebuild_s; }
+};
+
 struct RunStats {
   int world = 1;
   std::string backend = "none";
@@ -31,6 +46,8 @@ struct RunStats {
   int64_t param_crc32 = 0;
   int64_t skipped_steps = 0;  // steps skipped as non-finite (train.non_finite, loss scaling)
   double loss_scale = 0;      // the loss scaler's final scale (0: no loss scaling)
+  // fault_tolerance.enable: the reporting replica's record (its view of the job).
+  std::optional<ReplicaRecord> replica;
 };
 
 struct GateDecision {

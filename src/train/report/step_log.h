@@ -10,11 +10,17 @@
 #include <lockstep/train/progress_bar.h>
 #include <lockstep/train/workload.h>
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <vector>
 
 namespace lockstep::train {
+
+// Seconds on the steady clock: what step times and the loop's wall times are measured with.
+inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 class StepLog {
  public:

@@ -53,6 +53,12 @@ struct ManagerOptions {
   // boundary, and the first quorum for every replica to start).
   comm::Millis quorum_timeout{std::chrono::seconds(300)};
   comm::Millis heartbeat{std::chrono::milliseconds(250)};
+  // The step this replica's state is at when it starts (it resumed from a checkpoint);
+  // a replica behind the others is healed at its first quorum.
+  int64_t start_step = 0;
+  // > 0: the job stops (QuorumError, stopped()) once fewer replicas remain; the service
+  // keeps the largest of its --min-replicas and every replica's.
+  int min_replicas = 0;
 };
 
 // What a live replica hands a joiner (save) and the joiner takes (load): the parameters,
@@ -76,7 +82,7 @@ struct ManagerStats {
   int64_t healed_others = 0;
   int64_t rebuilds = 0;    // cross-replica groups built
   double heal_s = 0;       // time receiving state
-  double rebuild_s = 0;    // time building groups
+  double rebuild_s = 0;    // time building groups after the first
   double discarded_s = 0;  // time spent in discarded steps
   int64_t heal_bytes = 0;  // state received, in total
 };

@@ -50,7 +50,8 @@ class QuorumClient {
   std::string local_host() const;
   // Says HELLO as replica `replica_id`, whose rendezvous store listens on
   // store_host:store_port, and starts heartbeating every `heartbeat`. Once, first.
-  void hello(int replica_id, const std::string& store_host, int store_port);
+  // `min_replicas` > 0 raises the job's minimum (the service stops the job below it).
+  void hello(int replica_id, const std::string& store_host, int store_port, int min_replicas = 0);
 
   // Asks to start step `step` and waits up to `timeout` for the quorum (a joiner waits for
   // the members' next step boundary). Quorum::done when the job finished without it.

@@ -1,0 +1,99 @@
+// The trainer's loop under fault_tolerance.enable (docs/fault-tolerance.md, "The trainer"):
+// each rank of `lockstep-run --fault-tolerant` is a replica, and lockstep::ft::Manager
+// makes every step a transaction over the replicas alive at its start.
+//
+// The global batch stays the launch's: R slots per step (R = the replicas launched), slot s
+// being the data part a rank s of R would train on in a fault-free run. The step's n
+// members share the R slots (member k trains on slots k, k+n, ...), weight their losses
+// by n/R and average the gradients over the members, so the step's gradient is the mean
+// over all R slots whatever n is: a lost replica's share is taken over by the others, each
+// sample is used once per epoch, and the run follows the fault-free one (up to the order
+// of floating-point sums). A discarded step is made again from the same data (the data
+// position is the step number). Dropout draws are seeded per (step, slot), so they do not
+// depend on which replica trains a slot.
+//
+// A replica that (re)starts is healed by a live one at its first quorum: the model's
+// parameters and buffers, the optimizer state and the loss scaler travel; the data
+// position, the lr and the dropout seeds follow from the step. With --resume replica 0
+// alone reads the newest checkpoint and heals the others from it.
+//
+// Checkpoints are written by the first member of a due step, synchronously (the files are
+// committed before that replica asks for the next quorum, so no two replicas ever write at
+// once), as a single process would: one model.pt and optimizer.pt. eval.every_steps
+// evaluations run on replica 0, alone, while it is a member; the last step's first member
+// reports the run (evaluation, gate, summary.json).
+#pragma once
+
+#include "train/checkpoint/checkpointer.h"
+#include "train/loop/batch_plan.h"
+#include "train/loop/step_runner.h"
+#include "train/report/run_report.h"
+#include "train/report/step_log.h"
+
+#include <lockstep/parallel/ft/manager.h>
+#include <lockstep/train/config.h>
+#include <lockstep/train/workload.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+
+namespace lockstep::train {
+
+struct LoopResult {
+  int64_t step = 0;
+  double last_loss = 0;
+  bool stopped = false;  // by train.stop_after_steps, before the last step
+};
+
+class ReplicaLoop {
+ public:
+  // `ctx`: rank = this replica's id, world = the replicas launched (R), no group. The
+  // model and the runner (built without a group) are the trainer's.
+  ReplicaLoop(const TrainConfig& cfg, Workload& workload, const BatchPlan& plan,
+              const RunContext& ctx, std::shared_ptr<torch::nn::Module> model, StepRunner& runner);
+  ~ReplicaLoop();
+
+  // Trains until the job's last step (or train.stop_after_steps), then leaves the quorum.
+  // `resume`: replica 0 starts from the newest checkpoint. `evaluate`: the workload's
+  // evaluation on this process alone (eval.every_steps, on replica 0).
+  LoopResult run(bool resume, const std::function<EvalResult()>& evaluate);
+
+  // Whether this replica reports the run: it made the last step as its first member.
+  bool reports() const { return reports_; }
+  // The per-step log; null when this replica never took part in a step.
+  StepLog* log() { return log_.get(); }
+  ReplicaRecord record() const { return record_; }
+
+ private:
+  struct Slot {
+    std::unique_ptr<BatchStream> stream;
+    int64_t epoch = -1;
+    int64_t position = 0;  // examples of the epoch consumed
+  };
+  void save_state(torch::serialize::OutputArchive& ar);
+  void load_state(torch::serialize::InputArchive& ar);
+  BatchStream& slot_at(int slot, int64_t step);
+  double backward(int64_t step);
+  bool make_step(int64_t step, double lr, double* loss);
+  void after_commit(int64_t step, double loss, const std::function<EvalResult()>& evaluate);
+  Checkpointer& checkpointer();
+
+  const TrainConfig& cfg_;
+  TrainConfig ckpt_cfg_;  // cfg_ with checkpoint.mode = "sync"
+  Workload& workload_;
+  const BatchPlan& plan_;
+  const RunContext& ctx_;
+  RunContext solo_;  // one process, no group: what the checkpointer sees
+  std::shared_ptr<torch::nn::Module> model_;
+  StepRunner& runner_;
+  std::map<int, Slot> slots_;
+  std::unique_ptr<StepLog> log_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<ft::Manager> ft_;
+  bool reports_ = false;
+  ReplicaRecord record_;
+  double t_loop_ = 0;
+};
+
+}  // namespace lockstep::train

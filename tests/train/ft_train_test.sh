@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# fault_tolerance.enable on the tiny config, 3 replicas under lockstep-run --fault-tolerant
+# (docs/fault-tolerance.md, "The trainer"):
+#  - without faults the parameters equal DDP's at 3 ranks, bit for bit;
+#  - a replica killed in forward, before the reduction, at the vote, before the optimizer
+#    step, while healing a joiner, or while writing a checkpoint: the job finishes, the
+#    survivors discard at most the step it happened in, the restarted replica is healed, every
+#    replica ends with the same parameters, and the result follows the fault-free run (loss
+#    within 1e-5 relative: the model computes its loss in float32; AUC within 1e-4);
+#  - stopped at step 12 and resumed (replica 0 reads the checkpoint, heals the others): the
+#    parameters of the uninterrupted run, bit for bit;
+#  - fault_tolerance.min_replicas = 3 with a replica lost and no restarts: exit 3, naming it.
+set -uo pipefail
+RUN=$1 TRAIN=$2 SRC=$4
+CFG=$SRC/configs/ctsm-tiny.toml
+W=$(mktemp -d /tmp/lockstep-train-ft.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$W"
+
+COMMON=(--set data.dir="$W/data" --set log.progress=false --set train.reference_world_size=3
+        --set train.epochs=10 --set checkpoint.every_steps=6)
+ft() {  # OUT [lockstep-run flags...] -- [trainer args...]
+  local out=$1
+  shift
+  local flags=()
+  while [[ $# -gt 0 && $1 != -- ]]; do flags+=("$1"); shift; done
+  shift
+  "$RUN" --fault-tolerant --nproc-per-node 3 --master-port 0 "${flags[@]}" "$TRAIN" "$CFG" \
+    --set run.out_dir="$W/$out" --set fault_tolerance.enable=true "${COMMON[@]}" "$@" \
+    > "$out.log" 2>&1
+}
+
+# crcs LOG: the distinct parameter CRCs the replicas that finished printed (one line).
+crcs() { grep -o "parameters crc32 [0-9]*" "$1" | sort -u | awk '{print $3}' | tr '\n' ' '; }
+
+# follows A B: run B's final loss and AUC are A's within the tolerances above.
+follows() {
+  python3 - "$1/summary.json" "$2/summary.json" <<'PY' || fail "$2 does not follow $1"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+dl = abs(a["final_loss"] - b["final_loss"]) / abs(a["final_loss"])
+da = abs(a["metrics"]["auc"] - b["metrics"]["auc"])
+print("final loss rel diff %.2e (tol 1e-5), auc diff %.2e (tol 1e-4)" % (dl, da))
+assert dl < 1e-5 and da < 1e-4
+PY
+}
+
+echo "== no faults: fault-tolerant replicas == DDP at 3 ranks, bit for bit"
+"$RUN" --nproc-per-node 3 --master-port 0 "$TRAIN" "$CFG" --set run.out_dir="$W/ddp" \
+  "${COMMON[@]}" > ddp.log 2>&1 || { cat ddp.log; fail "ddp run"; }
+ft clean -- || { cat clean.log; fail "fault-free run"; }
+same_summary "$W/ddp" "$W/clean" param_crc32 steps metrics.auc
+[[ $(crcs clean.log) == "$(summary "$W/clean/summary.json" param_crc32) " ]] ||
+  fail "replicas ended with different parameters: $(crcs clean.log)"
+python3 - "$W/clean/summary.json" <<'PY' || fail "summary.json's fault_tolerance record"
+import json, sys
+f = json.load(open(sys.argv[1]))["fault_tolerance"]
+print(f)
+assert f["committed_steps"] == 60 and f["discarded_steps"] == 0 and f["replicas_at_end"] == 3, f
+PY
+
+for point in forward reduce vote optimizer; do
+  echo "== replica 1 killed at $point of step 8, restarted, healed"
+  LOCKSTEP_TEST_REPLICA_KILL=$point,8,1 ft "kill-$point" --max-restarts 2 -- ||
+    { cat "kill-$point.log"; fail "$point: the job did not finish"; }
+  log=kill-$point.log
+  grep -q "replica 1 killed at $point of step 8" "$log" || { cat "$log"; fail "$point: no kill"; }
+  [[ $(crcs "$log" | wc -w) == 1 ]] || { cat "$log"; fail "$point: replicas differ: $(crcs "$log")"; }
+  grep -q "replica 1 ended at step 60" "$log" || { cat "$log"; fail "$point: replica 1 did not come back"; }
+  follows "$W/clean" "$W/kill-$point"
+  python3 - "$W/kill-$point/summary.json" "$point" <<'PY' || { cat "$log"; fail "$point: record"; }
+import json, sys
+f = json.load(open(sys.argv[1]))["fault_tolerance"]
+print(f)
+assert f["committed_steps"] == 60 and f["heals_given"] >= 1 and f["replicas_at_end"] == 3, f
+# Killed before its vote: the others discard step 8; after it (optimizer): nothing to discard.
+assert f["discarded_steps"] == (0 if sys.argv[2] == "optimizer" else 1), f
+PY
+done
+
+echo "== two failures in a row: replica 1 killed at step 8, then replica 0 as it heals it"
+LOCKSTEP_TEST_REPLICA_KILL="forward,8,1 heal,*,0" ft heal-kill --max-restarts 4 -- ||
+  { cat heal-kill.log; fail "heal-kill: the job did not finish"; }
+grep -q "replica 0 killed at heal" heal-kill.log || { cat heal-kill.log; fail "no kill at heal"; }
+[[ $(crcs heal-kill.log | wc -w) == 1 ]] || { cat heal-kill.log; fail "replicas differ"; }
+follows "$W/clean" "$W/heal-kill"
+
+echo "== the writer of step 12's checkpoint killed mid-write"
+LOCKSTEP_TEST_CHECKPOINT_KILL=write-mid,12,0 ft ckpt-kill --max-restarts 2 -- ||
+  { cat ckpt-kill.log; fail "checkpoint kill: the job did not finish"; }
+grep -q "killed at write-mid of the save of step 12" ckpt-kill.log || { cat ckpt-kill.log; fail "no kill"; }
+[[ $(crcs ckpt-kill.log | wc -w) == 1 ]] || { cat ckpt-kill.log; fail "replicas differ"; }
+follows "$W/clean" "$W/ckpt-kill"
+ls "$W/ckpt-kill/checkpoints" | grep -q tmp && fail "a .tmp checkpoint left behind"
+[[ $(cat "$W/ckpt-kill/checkpoints/LATEST") == step-00000060 ]] || fail "LATEST is not step 60"
+
+echo "== stopped after step 12, resumed: replica 0 reads the checkpoint and heals the others"
+ft resumed -- --set train.stop_after_steps=12 || { cat resumed.log; fail "first part"; }
+ft resumed -- --resume || { cat resumed.log; fail "resume"; }
+same_summary "$W/clean" "$W/resumed" param_crc32 metrics.auc
+
+echo "== fault_tolerance.min_replicas = 3, a replica lost, no restarts: a clean stop"
+LOCKSTEP_TEST_REPLICA_KILL=forward,8,2 ft below-min -- --set fault_tolerance.min_replicas=3
+rc=$?
+[[ $rc == 3 ]] && grep -q "fewer than min_replicas (replica [0-9]'s) 3 replicas remain" below-min.log ||
+  { cat below-min.log; fail "below min: rc $rc"; }
+echo "PASS"
