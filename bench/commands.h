@@ -20,6 +20,7 @@ Command blas_command(CLI::App& bench);
 Command checkpoint_command(CLI::App& bench);
 Command collectives_command(CLI::App& bench);
 Command compression_command(CLI::App& bench);
+Command ctsm_faults_command(CLI::App& bench);
 Command ddp_command(CLI::App& bench);
 Command faults_command(CLI::App& bench);
 Command fsdp_command(CLI::App& bench);

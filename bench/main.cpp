@@ -1,7 +1,7 @@
 // lockstep-bench: benchmarks that measure lockstep beside its peers in the same run.
 //
 //   lockstep-bench collectives|compression|ddp|fsdp|train|optimizer|memory|blas|checkpoint|
-//                  thin-links|faults
+//                  thin-links|faults|ctsm-faults
 //                  [OPTIONS]
 //   (--help on each)
 //
@@ -21,9 +21,10 @@ int main(int argc, char** argv) {
                "lockstep-bench"};
   app.require_subcommand(1);
   const std::vector<Command> commands{
-      collectives_command(app), compression_command(app), ddp_command(app),    fsdp_command(app),
-      train_command(app),       optimizer_command(app),   memory_command(app), blas_command(app),
-      checkpoint_command(app),  thin_links_command(app),  faults_command(app)};
+      collectives_command(app), compression_command(app), ddp_command(app),
+      fsdp_command(app),        train_command(app),       optimizer_command(app),
+      memory_command(app),      blas_command(app),        checkpoint_command(app),
+      thin_links_command(app),  faults_command(app),      ctsm_faults_command(app)};
   if (auto rc = lockstep::launch::parse_command_line(app, argc, argv, std::cout, std::cerr))
     return *rc;
   try {

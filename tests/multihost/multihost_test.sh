@@ -3,8 +3,8 @@
 # and /dev/shm, tests/multihost/netns.sh), 2 ranks each, one `lockstep-run --nnodes N
 # --node-rank I --master-addr 10.77.0.1` per host, as on a real cluster.
 # usage: multihost_test.sh CASE NHOSTS BACKEND LOCKSTEP_RUN PROGRAM
-#   CASE: collectives | ddp | kill | partition | token | ft     (docs/multihost.md)
-#   PROGRAM: collectives_check (collectives), ddp_equivalence (ddp), ft_program (ft),
+#   CASE: collectives | ddp | kill | partition | token | ft | ft_partition  (docs/multihost.md)
+#   PROGRAM: collectives_check (collectives), ddp_equivalence (ddp), ft_program (ft*),
 #   fault_program (others)
 # Exit 77 (skipped) where namespaces cannot be made.
 set -u
@@ -192,6 +192,50 @@ case $case_ in
       show "$nhosts"
     fi
     verdict=$("$prog" check "$dir" --steps 300 --replicas $world)
+    if [[ $(grep -c '^PASS' <<<"$verdict") == 3 ]]; then
+      while read -r line; do pass "${line#PASS }"; done <<<"$verdict"
+    else fail "ft check: $verdict"; fi
+    ;;
+  ft_partition)
+    # Fault-tolerant replicas across hosts, the last host cut off the network for 8 s in
+    # mid-training: the others drop its replicas (heartbeats) and go on; when the link
+    # comes back its replicas find their place gone, exit, are restarted there and heal;
+    # every replica ends bit-identical and equal to the replay.
+    dir=$MH_DIR/ft
+    mkdir -p "$dir"
+    launch_all 75 --fault-tolerant --max-restarts $((2 * nproc)) "$prog" train "$dir" --steps 500
+    for ((t = 0; t < 300; t++)); do  # until the replicas are training
+      grep -q "quorum 1:" "$MH_DIR/host1.out" && break
+      sleep 0.1
+    done
+    sleep 2
+    mh_link "$nhosts" down
+    cut=$(now)
+    sleep 8
+    mh_link "$nhosts" up
+    wait_hosts $(all_hosts)
+    for i in $(all_hosts); do
+      if [[ $(rc_of "$i") == 0 ]]; then pass "host$i: lockstep-run --fault-tolerant exit 0"
+      else
+        fail "host$i: lockstep-run exit $(rc_of "$i")"
+        show "$i"
+      fi
+    done
+    lost=$(grep -c "quorum service: replica [0-9]* lost" "$MH_DIR/host1.out")
+    if grep -q "quorum .*replicas $(seq -s, 0 $(((nhosts - 1) * nproc - 1))) ($(((nhosts - 1) * nproc)))" "$MH_DIR/host1.out" &&
+      ((lost >= nproc)); then
+      pass "the cut-off host's $nproc replicas dropped ($lost losses), the others went on without them"
+    else
+      fail "no quorum without the cut-off host after the cut at $cut"
+      show 1 40
+    fi
+    heals=$(grep -o "replica [0-9]* done: .* [1-9] heals" "$MH_DIR/host$nhosts.out" | wc -l)
+    if ((heals == nproc)); then pass "its $nproc replicas came back healed"
+    else
+      fail "host$nhosts: $heals of $nproc replicas healed"
+      show "$nhosts" 40
+    fi
+    verdict=$("$prog" check "$dir" --steps 500 --replicas $world)
     if [[ $(grep -c '^PASS' <<<"$verdict") == 3 ]]; then
       while read -r line; do pass "${line#PASS }"; done <<<"$verdict"
     else fail "ft check: $verdict"; fi

@@ -7,6 +7,7 @@
 #    survivors discard at most the step it happened in, the restarted replica is healed, every
 #    replica ends with the same parameters, and the result follows the fault-free run (loss
 #    within 1e-5 relative: the model computes its loss in float32; AUC within 1e-4);
+#    The same on gloo (the replicas' group; shm otherwise, all on one host);
 #  - stopped at step 12 and resumed (replica 0 reads the checkpoint, heals the others): the
 #    parameters of the uninterrupted run, bit for bit;
 #  - fault_tolerance.min_replicas = 3 with a replica lost and no restarts: exit 3, naming it.
@@ -78,6 +79,13 @@ assert f["committed_steps"] == 60 and f["heals_given"] >= 1 and f["replicas_at_e
 assert f["discarded_steps"] == (0 if sys.argv[2] == "optimizer" else 1), f
 PY
 done
+
+echo "== the replicas' group on gloo: replica 2 killed before the reduction of step 8"
+LOCKSTEP_BACKEND=gloo LOCKSTEP_TEST_REPLICA_KILL=reduce,8,2 ft gloo --max-restarts 2 -- ||
+  { cat gloo.log; fail "gloo: the job did not finish"; }
+grep -q "\[gloo\]" gloo.log || { cat gloo.log; fail "gloo: the step did not fail on gloo"; }
+[[ $(crcs gloo.log | wc -w) == 1 ]] || { cat gloo.log; fail "gloo: replicas differ"; }
+follows "$W/clean" "$W/gloo"
 
 echo "== two failures in a row: replica 1 killed at step 8, then replica 0 as it heals it"
 LOCKSTEP_TEST_REPLICA_KILL="forward,8,1 heal,*,0" ft heal-kill --max-restarts 4 -- ||

@@ -354,3 +354,27 @@ diloco_compression = "qsgd"
 }
 
 }  // namespace
+
+TEST(TrainConfig, FaultToleranceKeys) {
+  const FaultToleranceConfig d = parse("[run]\nseed = 3\n").config.fault_tolerance;
+  EXPECT_FALSE(d.enable);
+  EXPECT_EQ(d.min_replicas, 1);
+  const FaultToleranceConfig f =
+      parse("[fault_tolerance]\nenable = true\nmin_replicas = 2\ntimeout_s = 5.5\n")
+          .config.fault_tolerance;
+  EXPECT_TRUE(f.enable);
+  EXPECT_EQ(f.min_replicas, 2);
+  EXPECT_DOUBLE_EQ(f.timeout_s, 5.5);
+  // A replica is one DDP rank reducing full-precision gradients.
+  std::string m = error_of("[fault_tolerance]\nenable = true\n[strategy]\nkind = \"fsdp\"\n");
+  EXPECT_NE(m.find("test.toml:4:"), std::string::npos) << m;
+  EXPECT_NE(m.find("key 'strategy.kind' = 'fsdp': fault_tolerance.enable = true needs \"ddp\""),
+            std::string::npos)
+      << m;
+  m = error_of("[fault_tolerance]\nenable = true\n", {"strategy.comm_hook=qsgd"});
+  EXPECT_NE(m.find("--set strategy.comm_hook=qsgd"), std::string::npos) << m;
+  EXPECT_NE(m.find("averaged in full precision"), std::string::npos) << m;
+  EXPECT_EQ(error_of("[fault_tolerance]\nenable = false\n[strategy]\nkind = \"fsdp\"\n"), "");
+  m = error_of("[fault_tolerance]\nmin_replicas = 0\n");
+  EXPECT_NE(m.find("fault_tolerance.min_replicas"), std::string::npos) << m;
+}
