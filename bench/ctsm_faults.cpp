@@ -116,6 +116,13 @@ Outcome run(const Options& o, const std::string& name, bool ft, bool kills) {
   out.wall = now_s() - t0;
   if (fs::exists(dir + "/summary.json"))
     out.summary = nlohmann::json::parse(slurp(dir + "/summary.json"));
+  std::istringstream log(slurp(dir + ".log"));
+  for (std::string line; std::getline(log, line);) {
+    if (line.rfind("lockstep-run: ", 0) != 0) continue;
+    if (line.find("restarting it alone") != std::string::npos) ++out.restarts;
+    const auto all = line.find("restarting all ");
+    if (all != std::string::npos) out.restarts += std::atoi(line.c_str() + all + 15);
+  }
   return out;
 }
 
