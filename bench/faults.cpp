@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -76,8 +77,17 @@ bool committing(const std::string& dir, int id) {
 struct Fault {
   double t;
   int victim;
-  bool stop;  // SIGSTOP (then SIGCONT), else SIGKILL
+  char kind;  // 'k' SIGKILL, 's' SIGSTOP (then SIGCONT), 'c' its host cut off the network
 };
+
+// Faults struck: a cut takes every replica of its host at once (one line each), one fault.
+int64_t fault_count(const std::vector<Fault>& faults, char kind = 0) {
+  std::set<std::pair<double, char>> distinct;
+  for (const Fault& f : faults)
+    if (!kind || f.kind == kind)
+      distinct.insert({f.kind == 'c' ? f.t : f.t + f.victim * 1e-9, f.kind});
+  return int64_t(distinct.size());
+}
 
 // Strikes a replica every [0.5, 1.5] x `every` seconds while the job runs: SIGKILL, or with
 // probability --stops SIGSTOP and SIGCONT --stop-seconds later (a hung host that comes
@@ -112,7 +122,7 @@ std::vector<Fault> inject(const FaultsOptions& o, const std::string& dir, bool f
     const pid_t pid = pid_of(dir, victim);
     const bool stop = coin(rng) < o.stops;
     if (::kill(pid, stop ? SIGSTOP : SIGKILL) == 0) {
-      faults.push_back({wall_now(), victim, stop});
+      faults.push_back({wall_now(), victim, stop ? 's' : 'k'});
       if (stop) stopped[pid] = now_s() + o.stop_seconds;
     }
     next = now_s() + gap(rng);
@@ -203,21 +213,9 @@ std::string status_of(const Outcome& r) {
   return r.job.status == 0 ? "ok" : "error " + std::to_string(WEXITSTATUS(r.job.status));
 }
 
-int driver(const FaultsOptions& o) {
-  std::printf(
-      "%d replicas (%s), %lld steps of %.0f ms, a fault every %.1f s on average (%.0f%% "
-      "SIGSTOP for %.0f s, the rest SIGKILL)\n",
-      o.replicas, o.backend.c_str(), static_cast<long long>(o.steps), o.step_ms, o.fault_every,
-      100 * o.stops, o.stop_seconds);
-  std::fflush(stdout);
-  std::vector<Outcome> runs;
-  runs.push_back(run(o, "no-faults", true, false, o.timeout));
-  runs.push_back(run(o, "fault-tolerant", true, true, o.timeout));
-  // Today's path may never finish when faults come faster than a whole-job restart: it
-  // gets 3 times the fault-tolerant run's time, then counts as unfinished.
-  const double limit = std::min(o.timeout, std::max(60.0, 3 * runs.back().wall));
-  if (o.restart_path) runs.push_back(run(o, "restart-all", false, true, limit));
-  Table table({"run", "wall s", "faults", "stops", "steps", "replica-steps", "discarded",
+// The table of the runs; the number of fault-tolerant runs that did not end ok.
+int report(const FaultsOptions& o, const std::vector<Outcome>& runs) {
+  Table table({"run", "wall s", "faults", "stops", "cuts", "steps", "replica-steps", "discarded",
                "efficiency", "bound", "job"});
   int bad = 0;
   for (const Outcome& r : runs) {
@@ -225,10 +223,10 @@ int driver(const FaultsOptions& o) {
     const double ideal = double(o.replicas) * double(o.steps);
     const bool ft = r.name != "restart-all";
     const double bound = 1 - t.down_s / (double(o.replicas) * r.wall);
-    const auto stops =
-        std::count_if(r.faults.begin(), r.faults.end(), [](const Fault& f) { return f.stop; });
-    table.add({r.name, fmt(r.wall, 1), std::to_string(r.faults.size()), std::to_string(stops),
-               std::to_string(t.steps), std::to_string(t.committed), std::to_string(t.discarded),
+    table.add({r.name, fmt(r.wall, 1), std::to_string(fault_count(r.faults)),
+               std::to_string(fault_count(r.faults, 's')),
+               std::to_string(fault_count(r.faults, 'c')), std::to_string(t.steps),
+               std::to_string(t.committed), std::to_string(t.discarded),
                ft ? fmt(t.committed / ideal, 3) : "", ft && !r.faults.empty() ? fmt(bound, 3) : "",
                status_of(r)});
     if (ft && status_of(r) != "ok") ++bad;
@@ -251,7 +249,47 @@ int driver(const FaultsOptions& o) {
       "wall); job: ok, error (exit status), hung (still running after %.0f s) or unfinished "
       "(restart-all stopped after 3x the fault-tolerant run's time, at least 60 s)\n",
       o.timeout);
-  return bad ? 1 : 0;
+  return bad;
+}
+
+int driver(const FaultsOptions& o) {
+  std::printf(
+      "%d replicas (%s), %lld steps of %.0f ms, a fault every %.1f s on average (%.0f%% "
+      "SIGSTOP for %.0f s, the rest SIGKILL)\n",
+      o.replicas, o.backend.c_str(), static_cast<long long>(o.steps), o.step_ms, o.fault_every,
+      100 * o.stops, o.stop_seconds);
+  std::fflush(stdout);
+  std::vector<Outcome> runs;
+  runs.push_back(run(o, "no-faults", true, false, o.timeout));
+  runs.push_back(run(o, "fault-tolerant", true, true, o.timeout));
+  // Today's path may never finish when faults come faster than a whole-job restart: it
+  // gets 3 times the fault-tolerant run's time, then counts as unfinished.
+  const double limit = std::min(o.timeout, std::max(60.0, 3 * runs.back().wall));
+  if (o.restart_path) runs.push_back(run(o, "restart-all", false, true, limit));
+  return report(o, runs) ? 1 : 0;
+}
+
+// A fault-tolerant job run elsewhere (bench/multihost_faults.sh, on namespace hosts): its
+// workers' logs DIR/log_<id>, its faults DIR/faults ("<time> <replica> <k|s|c>" a line),
+// its wall time DIR/wall and its exit code DIR/status.
+Outcome recorded(const std::string& dir, const std::string& name, int replicas) {
+  Outcome r;
+  r.name = name;
+  r.logs = read_logs(dir, replicas);
+  std::ifstream faults(dir + "/faults");
+  for (Fault f{}; faults >> f.t >> f.victim >> f.kind;) r.faults.push_back(f);
+  std::ifstream(dir + "/wall") >> r.wall;
+  int code = 1;
+  std::ifstream(dir + "/status") >> code;
+  r.job.status = (code & 0xff) << 8;  // as the shell's wait status
+  return r;
+}
+
+int analyze(const FaultsOptions& o) {
+  std::vector<Outcome> runs;
+  if (!o.baseline.empty()) runs.push_back(recorded(o.baseline, "no-faults", o.replicas));
+  runs.push_back(recorded(o.analyze, "fault-tolerant", o.replicas));
+  return report(o, runs) ? 1 : 0;
 }
 
 }  // namespace
@@ -289,10 +327,14 @@ Command faults_command(CLI::App& bench) {
       ->capture_default_str();
   app->add_option("--seed", o->seed, "the fault schedule's seed")->capture_default_str();
   app->add_flag("!--no-restart-path", o->restart_path, "skip today's path (restart every rank)");
+  app->add_option("--analyze", o->analyze,
+                  "report a job run elsewhere from its folder (bench/multihost_faults.sh)");
+  app->add_option("--baseline", o->baseline, "with --analyze: the fault-free run's folder");
   app->add_flag("--worker", o->worker)->group(kWorkerOnly);
   app->add_option("--mode", o->mode)->group(kWorkerOnly);
   app->add_option("--dir", o->dir)->group(kWorkerOnly);
   return {app, [o] {
+            if (!o->analyze.empty()) return analyze(*o);
             if (!o->worker) return driver(*o);
             return o->mode == "ft" ? faults_ft_worker(*o) : faults_restart_worker(*o);
           }};

@@ -19,6 +19,8 @@ struct FaultsOptions {
   std::string backend = "shm";
   bool restart_path = true;  // also run today's path (--max-restarts + resume) under faults
   uint64_t seed = 1;
+  std::string analyze;   // report a job run elsewhere from its folder
+  std::string baseline;  // with analyze: the fault-free run's folder
   // Worker side.
   bool worker = false;
   std::string mode;  // "ft" (lockstep::ft::Manager) or "restart" (init() + checkpoints)

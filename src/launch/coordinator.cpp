@@ -4,16 +4,19 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "group.h"
 #include "line_buffer.h"
@@ -81,7 +84,7 @@ class Server {
   Server(int listen_fd, const QuorumConfig& config) : listen_(listen_fd), state_(config) {}
 
   int run() {
-    Clock::time_point stop_at{};
+    Clock::time_point stop_at{}, idle_since = Clock::now();
     while (!g_quit) {
       poll_once();
       const auto now = Clock::now();
@@ -92,11 +95,17 @@ class Server {
         if (stop_at == Clock::time_point{}) stop_at = now + std::chrono::seconds(2);
         if (now >= stop_at) return kExitQuorumStop;
       }
+      // Done: once the job is finished and no replica has been connected for a while (a
+      // replica restarting on another node still learns DONE instead of finding no one).
+      if (!state_.finished() || !conns_.empty()) idle_since = now;
+      if (now - idle_since >= kFinishedLinger) return 0;
     }
     return 0;
   }
 
  private:
+  static constexpr std::chrono::seconds kFinishedLinger{15};
+
   void poll_once() {
     std::vector<pollfd> pfds{{listen_, POLLIN, 0}};
     for (const auto& [fd, buf] : conns_) pfds.push_back({fd, POLLIN, 0});
@@ -180,6 +189,36 @@ int serve_quorum(int listen_fd, const QuorumConfig& config) {
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
   return Server(listen_fd, config).run();
+}
+
+bool service_reachable(const std::string& address, int within_ms) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos) return false;
+  const std::string host = address.substr(0, colon), port = address.substr(colon + 1);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(within_ms);
+  do {
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) == 0) {
+      bool ok = false;
+      for (addrinfo* a = res; a && !ok; a = a->ai_next) {
+        const int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) continue;
+        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 || errno == EINPROGRESS) {
+          pollfd p{fd, POLLOUT, 0};
+          int err = 0;
+          socklen_t len = sizeof err;
+          ok = poll(&p, 1, 1000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
+               err == 0;
+        }
+        close(fd);
+      }
+      freeaddrinfo(res);
+      if (ok) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  } while (std::chrono::steady_clock::now() < until);
+  return false;
 }
 
 }  // namespace lockstep::launch

@@ -22,4 +22,8 @@ int listen_on(const std::string& addr, int port, int* bound);
 // Logs quorums, losses and the stop on stderr, prefixed "lockstep-run: quorum service: ".
 int serve_quorum(int listen_fd, const QuorumConfig& config);
 
+// Whether a TCP connection to the service at "HOST:PORT" can be made, trying for up to
+// `within_ms` (a node without the service asks before it restarts a replica).
+bool service_reachable(const std::string& address, int within_ms);
+
 }  // namespace lockstep::launch

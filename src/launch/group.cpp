@@ -62,7 +62,7 @@ AttemptResult Group::run() {
   // Every replica failed: when the quorum service stopped the job, it exits (within 2 s of
   // its STOP) with the reason, which is the job's.
   for (int i = 0; i < 60 && opt_.fault_tolerant && ctx_.service_pid > 0 && !service_gone_ &&
-                  first_failed_ >= 0 && !any_succeeded();
+                  !service_done_ && first_failed_ >= 0 && !any_succeeded();
        ++i) {
     check_service();
     if (!service_gone_) std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -166,7 +166,7 @@ void Group::loop() {
       if (pfds[k].revents) read_stream(ranks_[owners[k - 1].first], owners[k - 1].second);
     handle_signals();
     reap();  // after reading, so a dying rank's last words print before the summary
-    if (ctx_.service_pid > 0 && !service_gone_) check_service();
+    if (ctx_.service_pid > 0 && !service_gone_ && !service_done_) check_service();
     if (opt_.fault_tolerant && !tearing_down_ && any_running() && only_stopped_left() &&
         any_succeeded()) {
       say("the job is done; only stopped replicas are left, which the quorum dropped: "
@@ -279,6 +279,7 @@ void Group::replica_failed(std::size_t i) {
     say(name + " failed (" + how + ") after other replicas finished the job; not restarted");
     return;
   }
+  if (remote_service_lost()) return;
   const int st = ranks_[i].status;
   if (WIFEXITED(st) && WEXITSTATUS(st) == 2) {  // every lockstep program's usage/config error
     say(name + " failed (" + how +
@@ -300,9 +301,33 @@ void Group::replica_failed(std::size_t i) {
   spawn_one(ranks_[i].local_rank, ranks_[i].restarts + 1, ranks_[i]);
 }
 
+// On a node without the quorum service, before a restart: a service that stopped the job
+// or died cannot be restarted from here, and a replica restarted without it would only
+// fail again, restart after restart. The service is given 5 s to answer (a network
+// partition that is healing).
+bool Group::remote_service_lost() {
+  if (ctx_.service_pid > 0 || ctx_.coordinator.empty()) return false;
+  if (service_reachable(ctx_.coordinator, 5000)) return false;
+  service_gone_ = true;
+  service_status_ = 1 << 8;  // as an exit with code 1
+  say("the quorum service at " + ctx_.coordinator +
+      " cannot be reached: it stopped the job or is gone (the one single point of failure, "
+      "docs/fault-tolerance.md); not restarting, stopping this node's ranks");
+  if (!tearing_down_ && any_running()) begin_teardown();
+  return true;
+}
+
 void Group::check_service() {
   int st = 0;
   if (waitpid(ctx_.service_pid, &st, WNOHANG) <= 0) return;
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {  // the job finished and every replica left
+    service_done_ = true;
+    if (!tearing_down_ && any_running()) {
+      say("the quorum service ended: the job is finished; stopping the ranks left");
+      begin_teardown();
+    }
+    return;
+  }
   service_gone_ = true;
   service_status_ = st;
   if (WIFEXITED(st) && WEXITSTATUS(st) == kExitQuorumStop)

@@ -63,6 +63,7 @@ class Group {
   // --fault-tolerant: a replica failed; restart it alone while the others go on.
   void replica_failed(std::size_t i);
   void check_service();
+  bool remote_service_lost();
   void loop();
   int poll_timeout_ms() const;
   void handle_signals();
@@ -99,8 +100,9 @@ class Group {
   int interrupted_by_ = 0;     // signal that asked the launcher to stop
   int exec_errno_ = 0;
   int ft_restarts_ = 0;        // --fault-tolerant: single-replica restarts so far
-  bool service_gone_ = false;  // the quorum service exited
+  bool service_gone_ = false;  // the quorum service exited (or, remote, cannot be reached)
   int service_status_ = 0;
+  bool service_done_ = false;  // the quorum service ended by itself: the job is finished
 };
 
 }  // namespace lockstep::launch

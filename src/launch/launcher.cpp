@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 
 #include <csignal>
+#include <thread>
 
 #include "coordinator.h"
 #include "group.h"
@@ -156,10 +157,17 @@ void start_quorum_service(const LaunchOptions& opt, GroupContext& ctx) {
              " single-replica restarts"));
 }
 
-void stop_quorum_service(const GroupContext& ctx) {
+// `drain`: the job succeeded and other nodes may still have replicas restarting: the service
+// ends by itself once none has been connected for a while (up to 60 s), telling late ones
+// the job is DONE (they exit 0) instead of leaving them to find no service.
+void stop_quorum_service(const GroupContext& ctx, bool drain) {
   if (ctx.service_pid <= 0) return;
-  kill(ctx.service_pid, SIGTERM);
   int st = 0;
+  for (int i = 0; drain && i < 600; ++i) {
+    if (waitpid(ctx.service_pid, &st, WNOHANG) == ctx.service_pid) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  kill(ctx.service_pid, SIGTERM);
   waitpid(ctx.service_pid, &st, 0);
 }
 
@@ -258,7 +266,7 @@ int run_launcher(const LaunchOptions& opt) {
     ctx.master_port = resolve_port(opt);
     Group group(opt, ctx, base, signals, logs, errors.path());
     const AttemptResult res = group.run();
-    stop_quorum_service(ctx);
+    stop_quorum_service(ctx, res.exit_code == 0 && opt.nnodes > 1);
     return res.exit_code;
   }
   for (int attempt = 0;; ++attempt) {

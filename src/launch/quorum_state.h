@@ -56,6 +56,8 @@ class QuorumState {
   std::vector<int> take_closed();
 
   bool stopped() const { return !stop_reason_.empty(); }
+  // A replica finished the job (BYE at the last committed step).
+  bool finished() const { return finished_; }
   const std::string& stop_reason() const { return stop_reason_; }
   // One line per event worth a log line (quorums formed, replicas lost, stops).
   std::vector<std::string> take_log();
