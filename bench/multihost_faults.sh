@@ -79,10 +79,10 @@ finish_job() {
 running() { local p; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
 
 echo "running no-faults ..."
-job /tmp/lockstep-mh-faults-clean
+job "$MH_DIR/clean"
 finish_job
 echo "running fault-tolerant ..."
-job /tmp/lockstep-mh-faults
+job "$MH_DIR/ft"
 : > "$dir/faults"
 next=$(awk -v n="$(now)" -v e="$EVERY" -v r=$RANDOM 'BEGIN { printf "%.6f", n + e * (0.5 + r / 32768) }')
 declare -A resume=()  # pid -> when to SIGCONT it
@@ -123,10 +123,10 @@ while running; do
 done
 for p in "${!resume[@]}"; do kill -CONT "$p" 2>/dev/null; done
 finish_job
-"$bench" faults --analyze /tmp/lockstep-mh-faults --baseline /tmp/lockstep-mh-faults-clean \
+"$bench" faults --analyze "$MH_DIR/ft" --baseline "$MH_DIR/clean" \
   --replicas "$replicas" --steps "$STEPS" --timeout "$TIMEOUT"
 rc=$?
-for ((i = 1; i <= HOSTS; i++)); do
-  grep -q "lockstep-run: .*error\|hung" "$dir/host$i.out" && tail -5 "$dir/host$i.out" | sed "s/^/  host$i | /"
-done
+if ((rc != 0)); then
+  for ((i = 1; i <= HOSTS; i++)); do tail -5 "$dir/host$i.out" | sed "s/^/  host$i | /"; done
+fi
 exit $rc

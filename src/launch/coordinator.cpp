@@ -95,8 +95,9 @@ class Server {
         if (stop_at == Clock::time_point{}) stop_at = now + std::chrono::seconds(2);
         if (now >= stop_at) return kExitQuorumStop;
       }
-      // Done: once the job is finished and no replica has been connected for a while (a
-      // replica restarting on another node still learns DONE instead of finding no one).
+      // Done: once every replica left after the job finished, or once none has been
+      // connected for a while (one restarting on another node still learns DONE).
+      if (state_.all_left()) return 0;
       if (!state_.finished() || !conns_.empty()) idle_since = now;
       if (now - idle_since >= kFinishedLinger) return 0;
     }

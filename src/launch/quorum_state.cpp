@@ -33,6 +33,7 @@ void QuorumState::hello(int conn, int id, const std::string& host, int port, Clo
       drop(c, "a new connection of the same replica replaced it");
       break;
     }
+  left_[id] = false;
   Replica& r = replicas_[conn];
   r.id = id;
   r.serial = ++serials_;  // a restarted replica is a new incarnation, not its former self
@@ -126,10 +127,18 @@ void QuorumState::bye(int conn, int64_t step) {
   const int id = it->second.id;
   const uint64_t serial = it->second.serial;
   log_.push_back(concat("replica ", id, " left (done after ", step, " steps)"));
+  left_[id] = true;
   if (step >= committed_ && committed_ > 0) finished_ = true;
   replicas_.erase(it);
   closed_.push_back(conn);
   member_gone(serial);
+}
+
+bool QuorumState::all_left() const {
+  if (!finished_ || !replicas_.empty()) return false;
+  for (const auto& [id, left] : left_)
+    if (!left) return false;
+  return true;
 }
 
 void QuorumState::drop(int conn, const std::string& why) {

@@ -58,6 +58,8 @@ class QuorumState {
   bool stopped() const { return !stop_reason_.empty(); }
   // A replica finished the job (BYE at the last committed step).
   bool finished() const { return finished_; }
+  // Finished, and every replica id ever seen left with BYE last: none can be restarting.
+  bool all_left() const;
   const std::string& stop_reason() const { return stop_reason_; }
   // One line per event worth a log line (quorums formed, replicas lost, stops).
   std::vector<std::string> take_log();
@@ -95,7 +97,8 @@ class QuorumState {
   void send(int conn, std::string line) { out_.push_back({conn, std::move(line)}); }
 
   QuorumConfig config_;
-  int min_from_ = -1;  // the replica whose HELLO raised min_replicas (-1: --min-replicas)
+  std::map<int, bool> left_;  // replica id -> its latest incarnation said BYE
+  int min_from_ = -1;         // the replica whose HELLO raised min_replicas (-1: --min-replicas)
   std::map<int, Replica> replicas_;  // by connection
   std::set<uint64_t> members_;       // serials of the current quorum's replicas
   uint64_t serials_ = 0;

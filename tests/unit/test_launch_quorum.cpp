@@ -260,9 +260,11 @@ TEST(Quorum, ALatecomerToAFinishedJobIsToldItIsDone) {
   h.join(1);
   run_steps(h, 4, {0, 1});
   h.st.bye(0, 4);
-  EXPECT_TRUE(h.st.finished());  // the service lingers for latecomers, then ends
+  EXPECT_TRUE(h.st.finished());
+  EXPECT_FALSE(h.st.all_left());  // replica 1 is still there
   h.st.bye(1, 4);
-  h.join(2);  // restarted too slowly: the others finished
+  EXPECT_TRUE(h.st.all_left());  // every replica left cleanly: the service may end
+  h.join(2);                     // restarted too slowly: the others finished
   h.st.request(2, 0, h.now);
   EXPECT_EQ(h.take(2), std::vector<std::string>{"DONE 4"});
 }
