@@ -320,12 +320,10 @@ bool Group::remote_service_lost() {
 void Group::check_service() {
   int st = 0;
   if (waitpid(ctx_.service_pid, &st, WNOHANG) <= 0) return;
-  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {  // the job finished and every replica left
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+    // The job finished and every replica left it; a rank may still be at work after its
+    // BYE (the report), and a stopped one is ended as when the service is there.
     service_done_ = true;
-    if (!tearing_down_ && any_running()) {
-      say("the quorum service ended: the job is finished; stopping the ranks left");
-      begin_teardown();
-    }
     return;
   }
   service_gone_ = true;

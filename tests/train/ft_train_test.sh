@@ -10,6 +10,8 @@
 #    The same on gloo (the replicas' group; shm otherwise, all on one host);
 #  - stopped at step 12 and resumed (replica 0 reads the checkpoint, heals the others): the
 #    parameters of the uninterrupted run, bit for bit;
+#  - a replica started by hand for 4 replicas joining a job of 3: exit 2 naming both counts,
+#    the job goes on (its heal fails on the joiner alone);
 #  - fault_tolerance.min_replicas = 3 with a replica lost and no restarts: exit 3, naming it.
 set -uo pipefail
 RUN=$1 TRAIN=$2 SRC=$4
@@ -107,6 +109,24 @@ echo "== stopped after step 12, resumed: replica 0 reads the checkpoint and heal
 ft resumed -- --set train.stop_after_steps=12 || { cat resumed.log; fail "first part"; }
 ft resumed -- --resume || { cat resumed.log; fail "resume"; }
 same_summary "$W/clean" "$W/resumed" param_crc32 metrics.auc
+
+echo "== a replica started by hand for another number of replicas: refused, the job goes on"
+ft intruder -- --set train.epochs=40 &
+job=$!
+for ((t = 0; t < 100; t++)); do
+  addr=$(grep -o "quorum service on [0-9.:]*" intruder.log | awk '{print $4}')
+  [[ -n $addr ]] && grep -q "quorum 1:" intruder.log && break
+  sleep 0.1
+done
+LOCKSTEP_COORDINATOR=$addr LOCKSTEP_REPLICA_ID=7 RANK=0 WORLD_SIZE=4 LOCAL_RANK=0 \
+  LOCAL_WORLD_SIZE=1 "$TRAIN" "$CFG" --set run.out_dir="$W/intruder-by-hand" \
+  --set fault_tolerance.enable=true "${COMMON[@]}" --set train.reference_world_size=4 \
+  --set train.epochs=40 > by-hand.log 2>&1
+rc=$?
+wait $job || { cat intruder.log; fail "the job did not go on"; }
+[[ $rc == 2 ]] && grep -q "replica 7 was started as one of 4 replicas .* but the job it joins has 3" by-hand.log ||
+  { cat by-hand.log; fail "the intruder: rc $rc"; }
+[[ $(crcs intruder.log | wc -w) == 1 ]] || { cat intruder.log; fail "intruder: replicas differ"; }
 
 echo "== fault_tolerance.min_replicas = 3, a replica lost, no restarts: a clean stop"
 LOCKSTEP_TEST_REPLICA_KILL=forward,8,2 ft below-min -- --set fault_tolerance.min_replicas=3

@@ -28,6 +28,12 @@ std::string env_or(const char* name, const std::string& fallback) {
 
 constexpr int kHealTag = 7301;
 
+// The joiner's own StateFns::load failed: not a failure of the step (which a retry would
+// cure) but of this replica (the state does not fit it), so it leaves start_step().
+struct LoadFailed {
+  std::exception_ptr error;
+};
+
 }  // namespace
 
 Manager::Manager(ManagerOptions options, StateFns state)
@@ -93,6 +99,8 @@ bool Manager::start_step() {
   try {
     if (stale) rebuild(q);
     heal(q);
+  } catch (const LoadFailed& f) {
+    std::rethrow_exception(f.error);
   } catch (const std::exception& e) {
     fail(e.what());
   }
@@ -163,8 +171,12 @@ void Manager::heal(const quorum_wire::Quorum& q) {
       group_->recv(data, from, {kHealTag})->wait();
       std::istringstream is(std::string(static_cast<const char*>(data.data_ptr()), data.numel()));
       torch::serialize::InputArchive ar;
-      ar.load_from(is);
-      state_.load(ar);
+      try {
+        ar.load_from(is);
+        state_.load(ar);
+      } catch (...) {
+        throw LoadFailed{std::current_exception()};
+      }
       step_ = q.max_step;
       ++stats_.heals;
       stats_.heal_s += since(t0);

@@ -77,6 +77,7 @@ void ReplicaLoop::save_state(torch::serialize::OutputArchive& ar) {
   runner_.optimizer().save(optimizer);
   ar.write("model", model);
   ar.write("optimizer", optimizer);
+  ar.write("slots", torch::tensor({int64_t(ctx_.world), plan_.steps_per_epoch}));
   if (auto* scaler = runner_.scaler()) {
     torch::serialize::OutputArchive s;
     scaler->save(s);
@@ -85,6 +86,17 @@ void ReplicaLoop::save_state(torch::serialize::OutputArchive& ar) {
 }
 
 void ReplicaLoop::load_state(torch::serialize::InputArchive& ar) {
+  // The job's geometry must be this replica's: a replica launched for another number of
+  // replicas (another --nnodes) would deal the data slots differently.
+  torch::Tensor geometry;
+  ar.read("slots", geometry);
+  const int64_t slots = geometry[0].item<int64_t>(), steps = geometry[1].item<int64_t>();
+  if (slots != ctx_.world || steps != plan_.steps_per_epoch)
+    throw ConfigError(detail::concat(
+        cfg_.source, ": replica ", ctx_.rank, " was started as one of ", ctx_.world,
+        " replicas (", plan_.steps_per_epoch, " steps per epoch), but the job it joins has ",
+        slots, " (", steps, " steps per epoch): start it with the job's --nnodes and "
+        "--nproc-per-node, and the same config"));
   torch::serialize::InputArchive model, optimizer;
   ar.read("model", model);
   ar.read("optimizer", optimizer);

@@ -98,7 +98,9 @@ class Manager {
   // The step boundary: learns the step's quorum (waits for it), rebuilds the group when
   // the members changed or the last step failed, and heals this replica when it is behind
   // the others (or heals the replicas behind it). Throws QuorumError when the service
-  // stopped the job or is gone; anything else that fails here fails the step instead.
+  // stopped the job or is gone, and what StateFns::load throws (the received state does
+  // not fit this replica: retrying would not help); anything else that fails here fails
+  // the step instead.
   // False when the job is over: the others finished it and left (a replica restarted or
   // started too late); the caller ends its loop.
   [[nodiscard]] bool start_step();
