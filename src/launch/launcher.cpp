@@ -163,10 +163,12 @@ void start_quorum_service(const LaunchOptions& opt, GroupContext& ctx) {
 void stop_quorum_service(const GroupContext& ctx, bool drain) {
   if (ctx.service_pid <= 0) return;
   int st = 0;
+  // Non-zero: it exited now, or it was reaped already (the group saw it end).
   for (int i = 0; drain && i < 600; ++i) {
-    if (waitpid(ctx.service_pid, &st, WNOHANG) == ctx.service_pid) return;
+    if (waitpid(ctx.service_pid, &st, WNOHANG) != 0) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  if (waitpid(ctx.service_pid, &st, WNOHANG) != 0) return;
   kill(ctx.service_pid, SIGTERM);
   waitpid(ctx.service_pid, &st, 0);
 }
