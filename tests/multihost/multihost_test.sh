@@ -53,6 +53,25 @@ wait_hosts() {  # wait_hosts I...: until those hosts' lockstep-run ended
   for i in "$@"; do wait "${pids[i]}"; done
 }
 all_hosts() { seq 1 "$nhosts"; }
+# ft_hosts_ok: every host's lockstep-run --fault-tolerant exited 0. ft_check STEPS: the
+# ft_program's verdict on $dir (bit-identical replicas, samples, replay) passes.
+ft_hosts_ok() {
+  local i
+  for i in $(all_hosts); do
+    if [[ $(rc_of "$i") == 0 ]]; then pass "host$i: lockstep-run --fault-tolerant exit 0"
+    else
+      fail "host$i: lockstep-run exit $(rc_of "$i")"
+      show "$i"
+    fi
+  done
+}
+ft_check() {
+  local verdict line
+  verdict=$("$prog" check "$dir" --steps "$1" --replicas $world)
+  if [[ $(grep -c '^PASS' <<<"$verdict") == 3 ]]; then
+    while read -r line; do pass "${line#PASS }"; done <<<"$verdict"
+  else fail "ft check: $verdict"; fi
+}
 # ranks_ok PATTERN: every rank printed "rank R/WORLD ... PATTERN" (R = 0..WORLD-1).
 ranks_ok() {
   local r ok=0
@@ -176,13 +195,7 @@ case $case_ in
     launch_all 80 --fault-tolerant --max-restarts 1 "$prog" train "$dir" --steps 300 \
       --faults "$victim:40:backward:kill"
     wait_hosts $(all_hosts)
-    for i in $(all_hosts); do
-      if [[ $(rc_of "$i") == 0 ]]; then pass "host$i: lockstep-run --fault-tolerant exit 0"
-      else
-        fail "host$i: lockstep-run exit $(rc_of "$i")"
-        show "$i"
-      fi
-    done
+    ft_hosts_ok
     if grep -q "quorum service on $(mh_ip 1):$((port + 1))" "$MH_DIR/host1.out" &&
       grep -q "replica $victim done: .* 1 heals" "$MH_DIR/host$nhosts.out"; then
       pass "replica $victim (host$nhosts) restarted alone and healed across hosts: $(grep -o '1 heals ([^)]*)' "$MH_DIR/host$nhosts.out")"
@@ -191,10 +204,7 @@ case $case_ in
       show 1
       show "$nhosts"
     fi
-    verdict=$("$prog" check "$dir" --steps 300 --replicas $world)
-    if [[ $(grep -c '^PASS' <<<"$verdict") == 3 ]]; then
-      while read -r line; do pass "${line#PASS }"; done <<<"$verdict"
-    else fail "ft check: $verdict"; fi
+    ft_check 300
     ;;
   ft_partition)
     # Fault-tolerant replicas across hosts, the last host cut off the network for 8 s in
@@ -214,13 +224,7 @@ case $case_ in
     sleep 8
     mh_link "$nhosts" up
     wait_hosts $(all_hosts)
-    for i in $(all_hosts); do
-      if [[ $(rc_of "$i") == 0 ]]; then pass "host$i: lockstep-run --fault-tolerant exit 0"
-      else
-        fail "host$i: lockstep-run exit $(rc_of "$i")"
-        show "$i"
-      fi
-    done
+    ft_hosts_ok
     lost=$(grep -c "quorum service: replica [0-9]* lost" "$MH_DIR/host1.out")
     if grep -q "quorum .*replicas $(seq -s, 0 $(((nhosts - 1) * nproc - 1))) ($(((nhosts - 1) * nproc)))" "$MH_DIR/host1.out" &&
       ((lost >= nproc)); then
@@ -235,10 +239,7 @@ case $case_ in
       fail "host$nhosts: $heals of $nproc replicas healed"
       show "$nhosts" 40
     fi
-    verdict=$("$prog" check "$dir" --steps 500 --replicas $world)
-    if [[ $(grep -c '^PASS' <<<"$verdict") == 3 ]]; then
-      while read -r line; do pass "${line#PASS }"; done <<<"$verdict"
-    else fail "ft check: $verdict"; fi
+    ft_check 500
     ;;
   token)
     # Host 1 runs node 0 with the job's token; host 2's node, a real remote client, is

@@ -19,7 +19,7 @@ CFG=$SRC/configs/ctsm-tiny.toml
 W=$(mktemp -d /tmp/lockstep-train-ft.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-cd "$W"
+cd "$W" || exit 1
 
 COMMON=(--set data.dir="$W/data" --set log.progress=false --set train.reference_world_size=3
         --set train.epochs=10 --set checkpoint.every_steps=6)
@@ -102,7 +102,7 @@ LOCKSTEP_TEST_CHECKPOINT_KILL=write-mid,12,0 ft ckpt-kill --max-restarts 2 -- ||
 grep -q "killed at write-mid of the save of step 12" ckpt-kill.log || { cat ckpt-kill.log; fail "no kill"; }
 [[ $(crcs ckpt-kill.log | wc -w) == 1 ]] || { cat ckpt-kill.log; fail "replicas differ"; }
 follows "$W/clean" "$W/ckpt-kill"
-ls "$W/ckpt-kill/checkpoints" | grep -q tmp && fail "a .tmp checkpoint left behind"
+compgen -G "$W/ckpt-kill/checkpoints/*.tmp" > /dev/null && fail "a .tmp checkpoint left behind"
 [[ $(cat "$W/ckpt-kill/checkpoints/LATEST") == step-00000060 ]] || fail "LATEST is not step 60"
 
 echo "== stopped after step 12, resumed: replica 0 reads the checkpoint and heals the others"

@@ -288,31 +288,32 @@ TEST(Quorum, SilentReplicaIsLostAfterTheHeartbeatTimeout) {
   EXPECT_TRUE(logged);
 }
 
+// Three replicas make a step, `gone` is lost, the other two ask for the next: the reason of
+// the stop that follows (empty when there is none).
+std::string reason_below_min(Harness& h, int gone) {
+  run_steps(h, 1);
+  h.st.lost(gone);
+  for (int c = 0; c < 3; ++c)
+    if (c != gone) h.st.request(c, 1, h.now);
+  h.tick(10);
+  EXPECT_TRUE(h.st.stopped());
+  return h.st.stop_reason();
+}
+
 // A replica's own minimum (fault_tolerance.min_replicas) raises --min-replicas and the STOP
 // names whose it was.
 TEST(Quorum, AReplicasMinimumRaisesTheJobsAndIsNamed) {
   Harness h(config(3, 1));
   for (int c = 0; c < 3; ++c) h.st.hello(c, c, "127.0.0.1", 1000 + c, h.now, c == 1 ? 3 : 2);
   EXPECT_EQ(h.st.min_replicas(), 3);
-  run_steps(h, 1);
-  h.st.lost(0);
-  h.st.request(1, 1, h.now);
-  h.st.request(2, 1, h.now);
-  h.tick(10);
-  ASSERT_TRUE(h.st.stopped());
-  EXPECT_EQ(h.st.stop_reason(), "fewer than min_replicas (replica 1's) 3 replicas remain (2: 1,2)");
+  EXPECT_EQ(reason_below_min(h, 0),
+            "fewer than min_replicas (replica 1's) 3 replicas remain (2: 1,2)");
 }
 
 TEST(Quorum, FewerThanMinReplicasStopsTheJobNamingWhy) {
   Harness h(config(3, 3));
   for (int c = 0; c < 3; ++c) h.join(c);
-  run_steps(h, 1);
-  h.st.lost(2);
-  h.st.request(0, 1, h.now);
-  h.st.request(1, 1, h.now);
-  h.tick(10);
-  ASSERT_TRUE(h.st.stopped());
-  EXPECT_EQ(h.st.stop_reason(), "fewer than --min-replicas 3 replicas remain (2: 0,1)");
+  EXPECT_EQ(reason_below_min(h, 2), "fewer than --min-replicas 3 replicas remain (2: 0,1)");
   EXPECT_EQ(h.take(0), std::vector<std::string>{"STOP " + h.st.stop_reason()});
   h.join(7);  // later arrivals learn it too
   h.tick();

@@ -93,9 +93,9 @@ void ReplicaLoop::load_state(torch::serialize::InputArchive& ar) {
   const int64_t slots = geometry[0].item<int64_t>(), steps = geometry[1].item<int64_t>();
   if (slots != ctx_.world || steps != plan_.steps_per_epoch)
     throw ConfigError(detail::concat(
-        cfg_.source, ": replica ", ctx_.rank, " was started as one of ", ctx_.world,
-        " replicas (", plan_.steps_per_epoch, " steps per epoch), but the job it joins has ",
-        slots, " (", steps, " steps per epoch): start it with the job's --nnodes and "
+        cfg_.source, ": replica ", ctx_.rank, " was started as one of ", ctx_.world, " replicas (",
+        plan_.steps_per_epoch, " steps per epoch), but the job it joins has ", slots, " (", steps,
+        " steps per epoch): start it with the job's --nnodes and "
         "--nproc-per-node, and the same config"));
   torch::serialize::InputArchive model, optimizer;
   ar.read("model", model);
