@@ -87,11 +87,15 @@ std::shared_ptr<ProcessGroup> make_group(const StorePtr& store, const InitOption
   const bool pick = options.backend == "auto" && (!named || std::string(named) == "auto");
   const std::string backend =
       resolve_backend(pick ? (e.single_node() ? "shm" : "gloo") : options.backend, e);
-  if (backend == "hier" || backend == "mpi")
+  if (backend == "mpi")
     throw ConfigError(
-        detail::concat("make_group builds shm, gloo or nccl groups over the "
-                       "caller's store, not ",
-                       backend, "; use lockstep::init() for ", backend));
+        "make_group builds shm, gloo, hier or nccl groups over the caller's "
+        "store, not mpi; use lockstep::init() for mpi");
+  if (backend == "hier") {  // the join tells each rank its node's layout
+    const ProcessGroupOptions pgo = group_options(options);
+    const Joined j = parse_joined(join(store, key_prefix, e, pgo.timeout, join_payload(e)));
+    return hier_group(store, key_prefix, e, j, false, pgo);
+  }
   if (backend == "shm" && !e.single_node())
     throw ConfigError(detail::concat("backend shm needs every rank on one node, but rank ", e.rank,
                                      " has ", e.local_world_size, " of ", e.world_size,

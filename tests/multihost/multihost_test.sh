@@ -196,6 +196,9 @@ case $case_ in
       --faults "$victim:40:backward:kill"
     wait_hosts $(all_hosts)
     ft_hosts_ok
+    line=$(grep -m1 "discarded step 40" "$MH_DIR/host1.out")
+    if grep -q "\[$backend\]" <<<"$line"; then pass "the survivors' step failed on the $backend group: ${line:0:160}"
+    else fail "no step failed on a $backend group: $line"; fi
     if grep -q "quorum service on $(mh_ip 1):$((port + 1))" "$MH_DIR/host1.out" &&
       grep -q "replica $victim done: .* 1 heals" "$MH_DIR/host$nhosts.out"; then
       pass "replica $victim (host$nhosts) restarted alone and healed across hosts: $(grep -o '1 heals ([^)]*)' "$MH_DIR/host$nhosts.out")"

@@ -17,9 +17,12 @@ namespace lockstep::comm {
 // rank, world_size, local_rank and local_world_size are used): each builds the group
 // of options.backend, rendezvousing through `store` under `key_prefix`, which must be the
 // same on every rank and fresh for each group. The group keeps `store` alive.
-//  - backend: "shm" (every rank on this node: local_world_size == world_size), "gloo" or
-//    "nccl"; "auto" reads LOCKSTEP_BACKEND, else shm on one node and gloo otherwise. hier
-//    and mpi need init()'s own rendezvous: a ConfigError says so.
+//  - backend: "shm" (every rank on this node: local_world_size == world_size), "gloo",
+//    "hier" or "nccl"; "auto" reads LOCKSTEP_BACKEND, else shm on one node and gloo
+//    otherwise. hier (shm inside each node, gloo across) needs local_rank and
+//    local_world_size to be the ranks' places on their nodes, the same number on every
+//    node, numbered node by node; where they are not, it is gloo across all (rank 0 says
+//    why). mpi needs init()'s own rendezvous: a ConfigError says so.
 //  - timeout, check_collectives, detail, stall_warn: as init(), from InitOptions if set,
 //    else from LOCKSTEP_TIMEOUT_S, LOCKSTEP_CHECK_COLLECTIVES, LOCKSTEP_DEBUG and
 //    LOCKSTEP_STALL_WARN_S, else the defaults (docs/debugging.md).

@@ -122,18 +122,27 @@ void Manager::rebuild(const quorum_wire::Quorum& q) {
     so.timeout = options_.timeout;
     store = c10::make_intrusive<c10d::TCPStore>(leader.host, so);
   }
-  bool one_host = true;
-  for (const auto& m : q.members) one_host = one_host && m.host == leader.host;
+  // Where each member sits on its host (members are in replica id order, which lockstep-run
+  // numbers node by node): hier needs the same number on every host.
+  std::map<std::string, int> per_host;
+  comm::LaunchEnv e;
+  e.rank = rank_;
+  e.world_size = int(q.members.size());
+  for (const auto& m : q.members) {
+    if (m.id == replica_id_) e.local_rank = per_host[m.host];
+    ++per_host[m.host];
+  }
+  e.local_world_size = per_host[q.members[size_t(rank_)].host];
+  bool even = true;
+  for (const auto& [host, n] : per_host) even = even && n == e.local_world_size;
   comm::InitOptions io;
   io.timeout = options_.timeout;
   std::string backend = options_.backend;
   if (backend == "auto") backend = env_or(env::kBackend, "auto");
-  io.backend = backend == "auto" ? (one_host ? "shm" : "gloo") : backend;
-  comm::LaunchEnv e;
-  e.rank = rank_;
-  e.world_size = int(q.members.size());
-  e.local_rank = one_host ? rank_ : 0;
-  e.local_world_size = one_host ? e.world_size : 1;
+  if (backend == "auto")
+    backend = per_host.size() == 1 ? "shm" : even && e.local_world_size > 1 ? "hier" : "gloo";
+  if (backend == "hier" && !even) backend = "gloo";  // after a loss, until the heal
+  io.backend = backend;
   io.env = e;
   group_ = comm::make_group(store, io, concat("lockstep-ft/q", q.id, "/"));
   need_rebuild_ = false;
