@@ -133,6 +133,9 @@ timeout 120 "$run" --fault-tolerant --nproc-per-node 3 --grace-seconds 2 \
   "$prog" train "$dir" --steps 100000 >"$out" 2>&1 &
 launcher=$!
 wait_until 30 grep -qF "quorum service: quorum 1:" "$out" 2>/dev/null
+# Not while the replicas build their first group: ranks killed between rank 0's creating
+# the shm segment and everyone's mapping it (when it is unlinked) would leave it behind.
+sleep 1
 service=$(grep -o 'quorum service on [^ ]* (pid [0-9]*' "$out" | grep -o '[0-9]*$')
 killed_at=$(now)
 kill -9 "$service"
