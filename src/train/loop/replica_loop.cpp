@@ -202,6 +202,7 @@ LoopResult ReplicaLoop::run(bool resume, const std::function<EvalResult()>& eval
   model_->train();
   t_loop_ = now_s();
   LoopResult r;
+  r.step = ft_->step();  // a resumed replica's
   while (ft_->step() < plan_.total_steps) {
     if (!ft_->start_step()) break;  // the others finished the job without this replica
     const int64_t step = ft_->step();

@@ -64,7 +64,7 @@ struct Trainer::Impl {
   int run();
   int run_replica(double t_start);
   void join_replicas();
-  void prepare_data_alone();
+  void prepare_data_alone() const;
   void join_group();
   std::string strategy_detail() const;
   void build_model();
@@ -161,20 +161,19 @@ void Trainer::Impl::join_replicas() {
 
 // Each replica makes sure of the data alone, one at a time (a lock file in run.out_dir):
 // the first makes it, the others find it made. A restarted replica finds it at once.
-void Trainer::Impl::prepare_data_alone() {
+void Trainer::Impl::prepare_data_alone() const {
   std::filesystem::create_directories(cfg.run.out_dir);
   const std::string path = cfg.run.out_dir + "/.prepare-data.lock";
-  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot open " + path + ": " + std::strerror(errno));
-  while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+  struct Lock {  // closing the file releases the lock
+    int fd;
+    ~Lock() {
+      if (fd >= 0) ::close(fd);
+    }
+  } lock{::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644)};
+  if (lock.fd < 0) throw Error("cannot open " + path + ": " + std::strerror(errno));
+  while (::flock(lock.fd, LOCK_EX) != 0 && errno == EINTR) {
   }
-  try {
-    workload->prepare_data(solo);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
+  workload->prepare_data(solo);
 }
 
 int Trainer::Impl::run_replica(double t_start) {
