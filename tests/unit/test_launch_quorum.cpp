@@ -3,10 +3,12 @@
 // are decided, and when the job stops. The server around it and real replicas:
 // tests/fault/ft_test.sh.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
 
+#include "launch/coordinator.h"
 #include "launch/quorum_state.h"
 #include "lockstep/quorum_wire.h"
 
@@ -335,3 +337,16 @@ TEST(Quorum, ByeIsNotALossButFailsAnOpenVote) {
 }
 
 }  // namespace
+
+// A node without the service asks it before restarting a replica (coordinator.h).
+TEST(QuorumService, ReachableWhileListeningAndNotAfter) {
+  int port = 0;
+  const int fd = lockstep::launch::listen_on("127.0.0.1", 0, &port);
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  EXPECT_TRUE(lockstep::launch::service_reachable(address, 1000));
+  ::close(fd);
+  const auto t0 = Clock::now();
+  EXPECT_FALSE(lockstep::launch::service_reachable(address, 300));
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(3));  // gives up after its window
+  EXPECT_FALSE(lockstep::launch::service_reachable("no-port-here", 100));
+}
