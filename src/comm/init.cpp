@@ -94,7 +94,7 @@ std::shared_ptr<ProcessGroup> make_group(const StorePtr& store, const InitOption
   if (backend == "hier") {  // the join tells each rank its node's layout
     const ProcessGroupOptions pgo = group_options(options);
     const Joined j = parse_joined(join(store, key_prefix, e, pgo.timeout, join_payload(e)));
-    return hier_group(store, key_prefix, e, j, false, pgo);
+    return hier_group(store, key_prefix, e, j, /*requested=*/false, pgo);
   }
   if (backend == "shm" && !e.single_node())
     throw ConfigError(detail::concat("backend shm needs every rank on one node, but rank ", e.rank,

@@ -16,6 +16,7 @@
 #include "exit_status.h"
 #include "lockstep/env_contract.h"
 #include "lockstep/launch/error_file.h"
+#include "lockstep/launch/launcher.h"
 #include "spawn.h"
 
 namespace lockstep::launch {
@@ -281,7 +282,7 @@ void Group::replica_failed(std::size_t i) {
   }
   if (remote_service_lost()) return;
   const int st = ranks_[i].status;
-  if (WIFEXITED(st) && WEXITSTATUS(st) == 2) {  // every lockstep program's usage/config error
+  if (WIFEXITED(st) && WEXITSTATUS(st) == kExitUsage) {  // also every config error's code
     say(name + " failed (" + how +
         ": a usage or configuration error, which a restart would repeat); not restarted");
     return;

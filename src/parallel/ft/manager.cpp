@@ -123,7 +123,7 @@ void Manager::rebuild(const quorum_wire::Quorum& q) {
     store = c10::make_intrusive<c10d::TCPStore>(leader.host, so);
   }
   // Where each member sits on its host (members are in replica id order, which lockstep-run
-  // numbers node by node): hier needs the same number on every host.
+  // numbers node by node): what hier needs to know.
   std::map<std::string, int> per_host;
   comm::LaunchEnv e;
   e.rank = rank_;
@@ -133,15 +133,13 @@ void Manager::rebuild(const quorum_wire::Quorum& q) {
     ++per_host[m.host];
   }
   e.local_world_size = per_host[q.members[size_t(rank_)].host];
-  bool even = true;
-  for (const auto& [host, n] : per_host) even = even && n == e.local_world_size;
   comm::InitOptions io;
   io.timeout = options_.timeout;
   std::string backend = options_.backend;
   if (backend == "auto") backend = env_or(env::kBackend, "auto");
-  if (backend == "auto")
-    backend = per_host.size() == 1 ? "shm" : even && e.local_world_size > 1 ? "hier" : "gloo";
-  if (backend == "hier" && !even) backend = "gloo";  // after a loss, until the heal
+  // Several hosts: hier, which is gloo across all where the hosts hold unequal numbers of
+  // members (after a loss, until the heal) or one each.
+  if (backend == "auto") backend = per_host.size() == 1 ? "shm" : "hier";
   io.backend = backend;
   io.env = e;
   group_ = comm::make_group(store, io, concat("lockstep-ft/q", q.id, "/"));

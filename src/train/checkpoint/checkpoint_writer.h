@@ -24,6 +24,9 @@ inline constexpr const char* kTestCheckpointKill = "LOCKSTEP_TEST_CHECKPOINT_KIL
 inline constexpr const char* kTestCheckpointPauseMs = "LOCKSTEP_TEST_CHECKPOINT_PAUSE_MS";
 // The kill hook: returns when `point` of `step` on `rank` is not the one the variable names.
 void checkpoint_test_point(const char* point, int64_t step, int rank);
+// Whether `specs` (a test hook's value: "POINT,STEP,WHO" specs separated by spaces, STEP *
+// for any; null or "" for none) names `point` of `step` on `who` (a rank, a replica).
+bool test_point_named(const char* specs, const char* point, int64_t step, int who);
 
 class CheckpointWriter {
  public:

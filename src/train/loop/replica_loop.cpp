@@ -2,14 +2,10 @@
 
 #include "train/loop/lr_schedule.h"
 
-#include <lockstep/numerics/non_finite.h>
-
 #include <signal.h>
 #include <unistd.h>
-#include <chrono>
 #include <cstdlib>
 #include <iostream>
-#include <sstream>
 
 namespace lockstep::train {
 namespace {
@@ -22,21 +18,12 @@ namespace {
 constexpr const char* kTestReplicaKill = "LOCKSTEP_TEST_REPLICA_KILL";
 
 void test_point(const char* point, int64_t step, int replica) {
-  const char* v = std::getenv(kTestReplicaKill);
-  if (!v || !*v || restart_count_from_env() > 0) return;
-  std::istringstream specs(v);
-  for (std::string spec; specs >> spec;) {
-    std::istringstream in(spec);
-    std::string want, s, r;
-    std::getline(in, want, ',');
-    std::getline(in, s, ',');
-    std::getline(in, r, ',');
-    if (want != point || (s != "*" && s != std::to_string(step)) || r != std::to_string(replica))
-      continue;
-    std::cerr << "lockstep-train: " << kTestReplicaKill << ": replica " << replica << " killed at "
-              << point << " of step " << step << std::endl;
-    ::kill(::getpid(), SIGKILL);
-  }
+  if (restart_count_from_env() > 0 ||
+      !test_point_named(std::getenv(kTestReplicaKill), point, step, replica))
+    return;
+  std::cerr << "lockstep-train: " << kTestReplicaKill << ": replica " << replica << " killed at "
+            << point << " of step " << step << std::endl;
+  ::kill(::getpid(), SIGKILL);
 }
 
 ft::ManagerOptions manager_options(const FaultToleranceConfig& c) {
@@ -225,15 +212,7 @@ LoopResult ReplicaLoop::run(bool resume, const std::function<EvalResult()>& eval
     }
   }
   if (log_) log_->finish();
-  const ft::ManagerStats& st = ft_->stats();
-  record_.committed = st.committed;
-  record_.discarded = st.discarded;
-  record_.heals_received = st.heals;
-  record_.heals_given = st.healed_others;
-  record_.rebuilds = st.rebuilds;
-  record_.discarded_s = st.discarded_s;
-  record_.heal_s = st.heal_s;
-  record_.rebuild_s = st.rebuild_s;
+  record_.stats = ft_->stats();
   // An earlier step's first member that the others finished without does not report.
   reports_ = reports_ && (r.step == plan_.total_steps || r.stopped);
   ft_.reset();  // BYE: done, not lost

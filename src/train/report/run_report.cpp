@@ -46,15 +46,15 @@ json replica_json(const std::optional<ReplicaRecord>& r) {
   return {{"replica_id", r->replica_id},
           {"replicas_at_end", r->replicas_at_end},
           {"joined_at_step", r->joined_at},
-          {"committed_steps", r->committed},
-          {"discarded_steps", r->discarded},
-          {"heals_received", r->heals_received},
-          {"heals_given", r->heals_given},
-          {"group_rebuilds", r->rebuilds},
+          {"committed_steps", r->stats.committed},
+          {"discarded_steps", r->stats.discarded},
+          {"heals_received", r->stats.heals},
+          {"heals_given", r->stats.healed_others},
+          {"group_rebuilds", r->stats.rebuilds},
           {"time_lost_s", r->time_lost_s()},
-          {"discarded_s", r->discarded_s},
-          {"heal_s", r->heal_s},
-          {"rebuild_s", r->rebuild_s}};
+          {"discarded_s", r->stats.discarded_s},
+          {"heal_s", r->stats.heal_s},
+          {"rebuild_s", r->stats.rebuild_s}};
 }
 
 json summary_json(const TrainConfig& cfg, const EvalResult& r, const GateDecision& g,
@@ -112,9 +112,9 @@ void print_summary(const TrainConfig& cfg, const EvalResult& r, const RunStats& 
   else
     os << "exposed comm not measured (" << cfg.strategy.kind << ")\n";
   if (s.replica)
-    os << "  fault tolerance (replica " << s.replica->replica_id << "): " << s.replica->committed
-       << " steps committed, " << s.replica->discarded << " discarded, "
-       << s.replica->heals_received + s.replica->heals_given << " heals, "
+    os << "  fault tolerance (replica " << s.replica->replica_id
+       << "): " << s.replica->stats.committed << " steps committed, " << s.replica->stats.discarded
+       << " discarded, " << s.replica->stats.heals + s.replica->stats.healed_others << " heals, "
        << s.replica->time_lost_s() << " s lost; " << s.replica->replicas_at_end
        << " replicas at the end\n";
   os << indented(r.report) << "  metrics: " << cfg.run.out_dir

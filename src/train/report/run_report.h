@@ -4,6 +4,7 @@
 
 #include "train/report/tensorboard_writer.h"
 
+#include <lockstep/parallel/ft/manager.h>
 #include <lockstep/train/config.h>
 #include <lockstep/train/workload.h>
 
@@ -14,21 +15,16 @@
 
 namespace lockstep::train {
 
-// Run statistics the summary reports (each already combined over ranks where it says so).
 // A fault-tolerant run (fault_tolerance.enable), as the replica that reports it saw it.
 struct ReplicaRecord {
   int replica_id = 0;
   int replicas_at_end = 0;  // members of the last committed step
   int64_t joined_at = 0;    // the step this process started training at (healed to it)
-  int64_t committed = 0;    // steps this process committed
-  int64_t discarded = 0;    // steps it attempted and threw away (a member failed)
-  int64_t heals_received = 0;
-  int64_t heals_given = 0;
-  int64_t rebuilds = 0;  // cross-replica groups built
-  double discarded_s = 0, heal_s = 0, rebuild_s = 0;
-  double time_lost_s() const { return discarded_s + heal_s + rebuild_s; }
+  ft::ManagerStats stats;   // this process's
+  double time_lost_s() const { return stats.discarded_s + stats.heal_s + stats.rebuild_s; }
 };
 
+// Run statistics the summary reports (each already combined over ranks where it says so).
 struct RunStats {
   int world = 1;
   std::string backend = "none";
