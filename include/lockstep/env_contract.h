@@ -107,12 +107,14 @@ inline constexpr const char* kPetMaxRestarts = "PET_MAX_RESTARTS";
 inline constexpr const char* kKubernetesServiceHost = "KUBERNETES_SERVICE_HOST";  // in every pod
 
 // The rendezvous port of a Slurm step when none is given: derived from "JOB.STEP" (FNV-1a),
-// so every task and node computes the same one and concurrent steps on a node differ.
+// so every task and node computes the same one and concurrent steps on a node differ. The
+// range 29500..32499 stays below Linux's ephemeral ports (32768..60999 by default): a port
+// there can be held by any outgoing connection on the node, which made bind fail at random.
 inline int slurm_port(const char* job_step) {
   unsigned long h = 2166136261UL;
   for (const char* c = job_step; *c; ++c)
     h = ((h ^ static_cast<unsigned char>(*c)) * 16777619UL) & 0xffffffffUL;
-  return 29500 + static_cast<int>(h % 20000UL);
+  return 29500 + static_cast<int>(h % 3000UL);
 }
 
 }  // namespace lockstep::env
