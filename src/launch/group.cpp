@@ -115,6 +115,12 @@ bool Group::spawn_one(int local, int restarts, Rank& r) {
     vars[env::kRestartCount] = std::to_string(restarts);
     vars[env::kTorchelasticRestartCount] = vars[env::kRestartCount];
   }
+  if (opt_.replica_size > 1) {  // a replica's ranks are started together, its rank 0 first
+    const std::size_t replica = std::size_t(local / opt_.replica_size);
+    replica_ports_.resize(std::size_t(opt_.nproc_per_node / opt_.replica_size));
+    if (local % opt_.replica_size == 0) replica_ports_[replica] = pick_free_port("127.0.0.1");
+    make_replica_env(opt_, local, replica_ports_[replica], restarts, vars);
+  }
   if (!error_dir_.empty()) {
     const std::string path = error_file_path(error_dir_, opt_.global_rank(local));
     unlink(path.c_str());  // a previous start's error must not be read as this start's
@@ -147,6 +153,7 @@ bool Group::spawn_one(int local, int restarts, Rank& r) {
   r.stop_signal = 0;
   r.tail.clear();
   r.restarts = restarts;
+  r.replica_restart = false;
   return true;
 }
 
@@ -262,6 +269,10 @@ void Group::reap() {
     r.running = false;
     r.status = p < 0 ? (1 << 8) : st;  // ECHILD should not happen; count it as a failure
     r.end = Clock::now();
+    if (r.replica_restart && !tearing_down_) {
+      respawn_replica_when_down(i);
+      continue;
+    }
     if (succeeded(r.status) || tearing_down_) continue;
     if (opt_.fault_tolerant)
       replica_failed(i);
@@ -275,7 +286,10 @@ void Group::reap() {
 void Group::replica_failed(std::size_t i) {
   if (first_failed_ < 0) first_failed_ = int(i);
   const std::string how = describe_wait_status(ranks_[i].status);
-  const std::string name = "rank " + std::to_string(ranks_[i].rank);
+  const int size = opt_.replica_size;
+  const std::string name =
+      "rank " + std::to_string(ranks_[i].rank) +
+      (size > 1 ? " (replica " + std::to_string(ranks_[i].rank / size) + ")" : "");
   if (any_succeeded()) {
     say(name + " failed (" + how + ") after other replicas finished the job; not restarted");
     return;
@@ -293,13 +307,46 @@ void Group::replica_failed(std::size_t i) {
     return;
   }
   ++ft_restarts_;
-  for (int s = 0; s < 2; ++s)  // its last words first
-    for (int rounds = 0; rounds < 64 && ranks_[i].fds[s] >= 0; ++rounds) read_stream(ranks_[i], s);
+  const std::string count =
+      " (restart " + std::to_string(ft_restarts_) + " of " + std::to_string(opt_.max_restarts) + ")";
+  if (size == 1) {
+    last_words(ranks_[i]);
+    say(name + " failed (" + how + "); restarting it alone" + count + "; the other replicas go on");
+    spawn_one(ranks_[i].local_rank, ranks_[i].restarts + 1, ranks_[i]);
+    return;
+  }
+  // Its mates cannot go on without it (their shard group is broken): all restart together.
+  const std::size_t first = i - i % std::size_t(size);
+  say(name + " failed (" + how + "); restarting its replica's " + std::to_string(size) +
+      " ranks " + std::to_string(ranks_[first].rank) + "-" +
+      std::to_string(ranks_[first].rank + size - 1) + count + "; the other replicas go on");
+  for (std::size_t k = first; k < first + std::size_t(size); ++k) {
+    ranks_[k].replica_restart = true;
+    if (ranks_[k].running) {
+      ranks_[k].stopped = Stop::Kill;
+      killpg(ranks_[k].pid, SIGKILL);
+    }
+  }
+  respawn_replica_when_down(i);
+}
+
+void Group::respawn_replica_when_down(std::size_t i) {
+  const std::size_t size = std::size_t(opt_.replica_size), first = i - i % size;
+  for (std::size_t k = first; k < first + size; ++k)
+    if (ranks_[k].running) return;
+  if (any_succeeded()) return;  // the job finished meanwhile
+  for (std::size_t k = first; k < first + size; ++k) {
+    last_words(ranks_[k]);
+    spawn_one(ranks_[k].local_rank, ranks_[k].restarts + 1, ranks_[k]);
+  }
+}
+
+// What an exited rank still had in its pipes, before its slot is reused by a restart.
+void Group::last_words(Rank& r) {
   for (int s = 0; s < 2; ++s)
-    if (ranks_[i].fds[s] >= 0) close_stream(ranks_[i], s);
-  say(name + " failed (" + how + "); restarting it alone (restart " + std::to_string(ft_restarts_) +
-      " of " + std::to_string(opt_.max_restarts) + "); the other replicas go on");
-  spawn_one(ranks_[i].local_rank, ranks_[i].restarts + 1, ranks_[i]);
+    for (int rounds = 0; rounds < 64 && r.fds[s] >= 0; ++rounds) read_stream(r, s);
+  for (int s = 0; s < 2; ++s)
+    if (r.fds[s] >= 0) close_stream(r, s);
 }
 
 // On a node without the quorum service, before a restart: a service that stopped the job

@@ -54,6 +54,7 @@ class Group {
     int stop_signal = 0;           // SIGSTOP/SIGTSTP/...: seen stopped (not by us)
     Clock::time_point stopped_at;  // when first seen stopped
     int restarts = 0;              // --fault-tolerant: restarted alone this often
+    bool replica_restart = false;  // --replica-size: restarted with a failed mate
   };
 
   bool spawn_all();
@@ -62,6 +63,9 @@ class Group {
   bool spawn_one(int local, int restarts, Rank& r);
   // --fault-tolerant: a replica failed; restart it alone while the others go on.
   void replica_failed(std::size_t i);
+  // --replica-size S > 1: once none of the replica of ranks_[i] runs, starts its S ranks.
+  void respawn_replica_when_down(std::size_t i);
+  void last_words(Rank& r);
   void check_service();
   bool remote_service_lost();
   void loop();
@@ -100,6 +104,7 @@ class Group {
   int interrupted_by_ = 0;     // signal that asked the launcher to stop
   int exec_errno_ = 0;
   int ft_restarts_ = 0;        // --fault-tolerant: single-replica restarts so far
+  std::vector<int> replica_ports_;  // --replica-size: each local replica's MASTER_PORT
   bool service_gone_ = false;  // the quorum service exited (or, remote, cannot be reached)
   int service_status_ = 0;
   bool service_done_ = false;  // the quorum service ended by itself: the job is finished

@@ -120,7 +120,7 @@ class ErrorDir {
 QuorumConfig quorum_config(const LaunchOptions& opt) {
   QuorumConfig c;
   c.min_replicas = opt.min_replicas;
-  c.expected = opt.world_size();
+  c.expected = opt.replicas();
   c.heartbeat_timeout = std::chrono::milliseconds(long(opt.heartbeat_timeout * 1000));
   return c;
 }
@@ -239,7 +239,7 @@ int run_launcher(const LaunchOptions& opt) {
     int port = 0;
     const int fd =
         listen_on("0.0.0.0", opt.coordinator_port >= 0 ? opt.coordinator_port : 29501, &port);
-    say(concat("quorum service on port ", port, " for ", opt.world_size(),
+    say(concat("quorum service on port ", port, " for ", opt.replicas(),
                " replicas, --min-replicas ", opt.min_replicas, " (Ctrl-C ends it)"));
     return serve_quorum(fd, quorum_config(opt));
   }

@@ -103,6 +103,10 @@ const std::vector<ValueFlag>& value_flags() {
        [](LaunchOptions& o, const std::string& f, const std::string& v) {
          o.min_replicas = int(parse_long(f, v, 1, 1 << 20, "a positive integer"));
        }},
+      {"--replica-size",
+       [](LaunchOptions& o, const std::string& f, const std::string& v) {
+         o.replica_size = int(parse_long(f, v, 1, 1 << 20, "a positive integer"));
+       }},
       {"--coordinator-port",
        [](LaunchOptions& o, const std::string& f, const std::string& v) {
          o.coordinator_port = int(parse_long(f, v, 0, 65535, "a TCP port 0..65535"));
@@ -185,9 +189,17 @@ void validate(const LaunchOptions& o) {
         "PROGRAM (start the replicas with --fault-tolerant)");
   if (!o.help && !o.coordinator && o.program.empty())
     throw UsageError("lockstep-run: missing PROGRAM to run (see --help)");
-  if (o.fault_tolerant && o.min_replicas > o.world_size())
+  if (o.replica_size > 1 && !o.fault_tolerant)
+    throw UsageError(
+        "lockstep-run: --replica-size groups ranks into replicas of a fault-tolerant job; "
+        "add --fault-tolerant (a job without it has no replicas)");
+  if (o.nproc_per_node % o.replica_size != 0)
+    throw UsageError(concat("lockstep-run: --replica-size ", o.replica_size,
+                            " must divide --nproc-per-node ", o.nproc_per_node,
+                            ": a replica's ranks run on one node"));
+  if (o.fault_tolerant && o.min_replicas > o.replicas())
     throw UsageError(concat("lockstep-run: --min-replicas ", o.min_replicas,
-                            " is more than the job's ", o.world_size(), " replicas"));
+                            " is more than the job's ", o.replicas(), " replicas"));
 }
 
 // torchrun's PET_* variables, each the default of one flag. "auto", "cpu" and "gpu" for
@@ -320,6 +332,9 @@ options (before PROGRAM; "--" also ends them; --flag value or --flag=value):
   --fault-tolerant     each rank is a replica (lockstep::ft::Manager): a failed one is
                        restarted alone (--max-restarts in all) while the others go on;
                        node 0 hosts the quorum service (docs/fault-tolerance.md)
+  --replica-size S     with --fault-tolerant: S ranks per replica (an HSDP shard group), each
+                       replica a small job of its own (RANK 0..S-1); a failed rank
+                       restarts its whole replica (default 1)
   --min-replicas M     stop the job when fewer than M replicas remain (default 1)
   --coordinator-port P the quorum service's port (default: a free one on one node,
                        --master-port + 1 on several)

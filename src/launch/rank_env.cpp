@@ -53,11 +53,27 @@ EnvMap rank_env(const LaunchOptions& opt, int local_rank, const GroupContext& gr
   env[n::kTorchelasticRunId] = group.job_id;
   if (!group.coordinator.empty()) {
     env[n::kCoordinator] = group.coordinator;
-    env[n::kReplicaId] = rank;
+    env[n::kReplicaId] = std::to_string(opt.global_rank(local_rank) / opt.replica_size);
   }
   if (base.find("OMP_NUM_THREADS") == base.end()) env["OMP_NUM_THREADS"] = "1";
   for (const auto& [k, v] : malloc_defaults(base)) env[k] = v;
   return env;
+}
+
+void make_replica_env(const LaunchOptions& opt, int local_rank, int replica_port, int restarts,
+                      EnvMap& env) {
+  namespace n = lockstep::env;
+  const int s = opt.replica_size, shard = local_rank % s;
+  const int replica = opt.global_rank(local_rank) / s;
+  for (const char* k : {n::kRank, n::kLocalRank, n::kRoleRank}) env[k] = std::to_string(shard);
+  for (const char* k : {n::kWorldSize, n::kLocalWorldSize, n::kRoleWorldSize})
+    env[k] = std::to_string(s);
+  env[n::kMasterAddr] = "127.0.0.1";
+  env[n::kMasterPort] = std::to_string(replica_port);
+  env[n::kReplicaSize] = std::to_string(s);
+  env[n::kJobId] = env[n::kJobId] + ".replica" + std::to_string(replica) + "." +
+                   std::to_string(restarts);
+  env[n::kTorchelasticRunId] = env[n::kJobId];
 }
 
 EnvMap malloc_defaults(const EnvMap& base) {

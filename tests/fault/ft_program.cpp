@@ -11,11 +11,18 @@
 //               DIR/death. At the end each
 //               replica writes DIR/replica_R.txt: its parameters (%a, exact), its counters,
 //               the wall-clock time of every commit, and the history it committed.
+//               With --hsdp each replica is a shard group of the ranks lockstep-run
+//               --replica-size S gives it: the model is one FSDP FullShard unit over them,
+//               each rank trains on every S-th sample of the replica's batch, the
+//               cross-replica reduction is of its shard, and a replica's rank 0 writes
+//               its file (the gathered parameters), so `check` is the same.
 //   check DIR   replays the longest history in one process and compares: every replica's
 //               parameters bit-identical to each other, and equal to the replay within
 //               1e-12 (fp64; the allreduce sums in another order than the replay); and in
 //               the replay every sample was used exactly once in each completed epoch.
+#include <lockstep/comm/init.h>
 #include <lockstep/data/elastic_sampler.h>
+#include <lockstep/parallel/fsdp/fsdp.h>
 #include <lockstep/launch/cli.h>
 #include <lockstep/launch/error_file.h>
 #include <lockstep/parallel/ft/manager.h>
@@ -59,13 +66,14 @@ lockstep::data::ElasticSampler make_sampler() {
   return lockstep::data::ElasticSampler(kSamples, kBatch, o);
 }
 
-// Forward and backward of `model` on the samples `idx` (possibly none, at an epoch's end:
+// Forward and backward of `forward` on the samples `idx` (possibly none, at an epoch's end:
 // zero gradients). The loss is a sum over the batch / kBatch, so every replica's share
-// weighs by its samples.
-void backward_on(torch::nn::Linear& model, const Data& d, const std::vector<int64_t>& idx) {
+// weighs by its samples; `scale` undoes an averaging over ranks that share one batch.
+template <class F>
+void backward_on(F&& forward, const Data& d, const std::vector<int64_t>& idx, double scale = 1) {
   const at::Tensor i = at::tensor(idx, at::kLong);
-  const at::Tensor err = model->forward(d.x.index_select(0, i)) - d.y.index_select(0, i);
-  (err.pow(2).sum() / double(kBatch)).backward();
+  const at::Tensor err = forward(d.x.index_select(0, i)) - d.y.index_select(0, i);
+  (err.pow(2).sum() * scale / double(kBatch)).backward();
 }
 
 torch::nn::Linear make_model() {
@@ -75,16 +83,17 @@ torch::nn::Linear make_model() {
   return m;
 }
 
-std::vector<at::Tensor> grads(torch::nn::Linear& m) {
+std::vector<at::Tensor> grads(const std::vector<at::Tensor>& params) {
   std::vector<at::Tensor> g;
-  for (auto& p : m->parameters()) g.push_back(p.grad());
+  for (const auto& p : params) g.push_back(p.grad());
   return g;
 }
 
-// One planned failure: replica `victim`, in its first life only, hits `kind` at `point` of
-// step `at`, after writing the wall-clock time to DIR/death.
+// One planned failure: replica `victim` (its rank `shard`, under --hsdp), in its first life
+// only, hits `kind` at `point` of step `at`, after writing the wall-clock time to DIR/death.
 struct Fault {
   int victim = -1;
+  int shard = 0;
   int64_t at = 0;
   std::string point;  // forward | backward | allreduce | vote | optimizer
   std::string kind;   // kill | stop | leave
@@ -94,7 +103,7 @@ struct Faults {
   std::vector<Fault> list;
   std::string dir;
 
-  // "VICTIM:STEP:POINT:KIND[,...]"
+  // "VICTIM[.SHARD]:STEP:POINT:KIND[,...]"
   static std::vector<Fault> parse(const std::string& spec) {
     std::vector<Fault> out;
     std::istringstream in(spec);
@@ -107,17 +116,18 @@ struct Faults {
           !std::getline(p, f.kind))
         throw std::invalid_argument("--faults: expected VICTIM:STEP:POINT:KIND, got '" + one + "'");
       f.victim = std::stoi(v);
+      if (v.find('.') != std::string::npos) f.shard = std::stoi(v.substr(v.find('.') + 1));
       f.at = std::stoll(a);
       out.push_back(f);
     }
     return out;
   }
 
-  void maybe_strike(int id, int64_t step, const std::string& where) const {
+  void maybe_strike(int id, int shard, int64_t step, const std::string& where) const {
     const char* restarts = std::getenv("LOCKSTEP_RESTART_COUNT");
     if (restarts && std::string(restarts) != "0") return;
     for (const Fault& f : list)
-      if (f.victim == id && f.at == step && f.point == where) {
+      if (f.victim == id && f.shard == shard && f.at == step && f.point == where) {
         if (where == "allreduce") {  // strike while the reduction runs
           std::thread([this, f] {
             std::this_thread::sleep_for(std::chrono::microseconds(300));
@@ -136,6 +146,33 @@ struct Faults {
   }
 };
 
+// The model as a replica holds it: whole (a replica is one rank), or, with --hsdp, as this
+// rank's shard of one FSDP FullShard unit over the replica's ranks.
+struct Replica {
+  torch::nn::Linear model = make_model();
+  std::shared_ptr<lockstep::comm::ProcessGroup> ranks;  // --hsdp: the replica's own
+  std::unique_ptr<lockstep::FullyShardedDataParallel<torch::nn::LinearImpl>> fsdp;
+  int shard = 0, shards = 1;
+
+  explicit Replica(bool hsdp) {
+    if (!hsdp) return;
+    ranks = lockstep::init();
+    shard = ranks->rank();
+    shards = ranks->size();
+    fsdp = std::make_unique<lockstep::FullyShardedDataParallel<torch::nn::LinearImpl>>(model.ptr(),
+                                                                                        ranks);
+  }
+  std::vector<at::Tensor> params() const { return fsdp ? fsdp->parameters() : model->parameters(); }
+  // Forward and backward on this rank's part of the replica's batch: all of it, or every
+  // shards-th sample, its loss scaled by `shards` against FSDP's averaging over them.
+  void backward(const Data& d, const std::vector<int64_t>& idx) {
+    if (!fsdp) return backward_on([&](const at::Tensor& x) { return model->forward(x); }, d, idx);
+    std::vector<int64_t> mine;
+    for (size_t i = size_t(shard); i < idx.size(); i += size_t(shards)) mine.push_back(idx[i]);
+    backward_on([&](const at::Tensor& x) { return (*fsdp)(x); }, d, mine, shards);
+  }
+};
+
 std::string params_text(torch::nn::Linear& m) {
   std::ostringstream o;
   char buf[64];
@@ -150,29 +187,38 @@ std::string params_text(torch::nn::Linear& m) {
 }
 
 int train(const std::string& dir, int64_t steps, const Faults& fault, double step_sleep,
-          int64_t width, int64_t state_mb) {
-  auto model = make_model();
-  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
+          int64_t width, int64_t state_mb, bool hsdp) {
+  Replica replica(hsdp);
+  auto params = replica.params();
+  torch::optim::SGD opt(params, torch::optim::SGDOptions(kLr).momentum(kMomentum));
   const Data data;
   auto sampler = make_sampler();
   // Extra state a joiner receives with the model (as a large optimizer state would be).
   at::Tensor extra = at::full({state_mb << 18}, 1.0f);
-  lockstep::ft::Manager ft({}, {[&](torch::serialize::OutputArchive& ar) {
-                                  model->save(ar);
+  lockstep::ft::ManagerOptions mo;
+  mo.replica_group = replica.ranks;
+  lockstep::ft::Manager ft(mo, {[&](torch::serialize::OutputArchive& ar) {
+                                  for (size_t i = 0; i < params.size(); ++i)
+                                    ar.write("param" + std::to_string(i), params[i]);
                                   opt.save(ar);
                                   ar.write("extra", extra);
                                   const auto [e, c] = sampler.state();
                                   ar.write("sampler", at::tensor({e, c}, at::kLong));
                                 },
                                 [&](torch::serialize::InputArchive& ar) {
-                                  model->load(ar);
+                                  torch::NoGradGuard no_grad;
+                                  for (size_t i = 0; i < params.size(); ++i) {
+                                    at::Tensor p;
+                                    ar.read("param" + std::to_string(i), p);
+                                    params[i].copy_(p);
+                                  }
                                   opt.load(ar);
                                   ar.read("extra", extra);
                                   at::Tensor pos;
                                   ar.read("sampler", pos);
                                   sampler.set_state(pos[0].item<int64_t>(), pos[1].item<int64_t>());
                                 }});
-  const int id = ft.replica_id();
+  const int id = ft.replica_id(), shard = replica.shard;
   std::vector<double> commits;
   while (ft.step() < steps) {
     if (!ft.start_step()) {
@@ -181,30 +227,39 @@ int train(const std::string& dir, int64_t steps, const Faults& fault, double ste
     }
     const int64_t s = ft.step();
     opt.zero_grad();
-    fault.maybe_strike(id, s, "forward");
+    fault.maybe_strike(id, shard, s, "forward");
     const auto idx = sampler.batch(ft.replica_rank(), ft.replicas());
-    fault.maybe_strike(id, s, "backward");
-    backward_on(model, data, idx);
-    fault.maybe_strike(id, s, "allreduce");
-    std::vector<at::Tensor> g = grads(model);
+    fault.maybe_strike(id, shard, s, "backward");
+    replica.backward(data, idx);
+    fault.maybe_strike(id, shard, s, "allreduce");
+    std::vector<at::Tensor> g = grads(params);
     at::Tensor ballast = at::zeros({width}, at::kFloat);  // a reduction that takes a while
     if (width > 0) g.push_back(ballast);
     ft.allreduce(g);
-    fault.maybe_strike(id, s, "vote");
+    fault.maybe_strike(id, shard, s, "vote");
     if (!ft.should_commit()) {
       std::fprintf(stderr, "replica %d discarded step %ld (quorum %ld, %d replicas): %s\n", id,
                    long(s), long(ft.quorum_id()), ft.replicas(), ft.last_error().c_str());
       continue;
     }
-    fault.maybe_strike(id, s, "optimizer");
+    fault.maybe_strike(id, shard, s, "optimizer");
     opt.step();
     sampler.commit(ft.replicas());
     commits.push_back(wall_now());
     if (step_sleep > 0) std::this_thread::sleep_for(std::chrono::duration<double>(step_sleep));
   }
   const auto& st = ft.stats();
+  const std::string who =
+      "replica " + std::to_string(id) + (hsdp ? " shard " + std::to_string(shard) : "");
+  std::printf(
+      "%s done: %ld committed, %ld discarded, %ld heals (%.3f s, %ld bytes), "
+      "%ld healed others, %ld groups built\n",
+      who.c_str(), long(st.committed), long(st.discarded), long(st.heals), st.heal_s,
+      long(st.heal_bytes), long(st.healed_others), long(st.rebuilds));
+  if (replica.fsdp) replica.fsdp->summon_full_params();  // collective in the replica
+  if (shard != 0) return 0;
   std::ofstream out(dir + "/replica_" + std::to_string(id) + ".txt");
-  out << "params " << params_text(model) << "\n";
+  out << "params " << params_text(replica.model) << "\n";
   out << "stats " << st.committed << " " << st.discarded << " " << st.heals << " "
       << st.healed_others << " " << st.rebuilds << " " << st.heal_s << " " << st.heal_bytes << "\n";
   out << "commits";
@@ -215,11 +270,6 @@ int train(const std::string& dir, int64_t steps, const Faults& fault, double ste
     for (int m : r.members) out << " " << m;
     out << "\n";
   }
-  std::printf(
-      "replica %d done: %ld committed, %ld discarded, %ld heals (%.3f s, %ld bytes), "
-      "%ld healed others, %ld groups built\n",
-      id, long(st.committed), long(st.discarded), long(st.heals), st.heal_s, long(st.heal_bytes),
-      long(st.healed_others), long(st.rebuilds));
   return 0;
 }
 
@@ -284,8 +334,8 @@ int check(const std::string& dir, int replicas, int64_t steps) {
       auto& u = uses[sampler.epoch()];
       u.resize(kSamples);
       for (int64_t i : idx) ++u[size_t(i)];
-      backward_on(model, data, idx);
-      auto g = grads(model);
+      backward_on([&](const at::Tensor& x) { return model->forward(x); }, data, idx);
+      auto g = grads(model->parameters());
       if (sum.empty())
         for (auto& t : g) sum.push_back(t.clone());
       else
@@ -334,6 +384,7 @@ int main(int argc, char** argv) {
   std::string faults;
   int64_t width = 1 << 20;
   int64_t state_mb = 0;
+  bool hsdp = false;
   app.add_option("mode", mode, "train or check")
       ->required()
       ->check(CLI::IsMember({"train", "check"}));
@@ -348,12 +399,14 @@ int main(int argc, char** argv) {
                  "float32 zeros reduced with the gradients each step, so a reduction lasts "
                  "long enough to be struck in (default 1 Mi)");
   app.add_option("--state-mb", state_mb, "MB of extra state a joiner receives when it heals");
+  app.add_flag("--hsdp", hsdp,
+               "a replica is the shard group of lockstep-run --replica-size S (FSDP inside)");
   if (auto rc = lockstep::launch::parse_command_line(app, argc, argv, std::cout, std::cerr))
     return *rc;
   fault.dir = dir;
   try {
     fault.list = Faults::parse(faults);
-    return mode == "train" ? train(dir, steps, fault, step_sleep, width, state_mb)
+    return mode == "train" ? train(dir, steps, fault, step_sleep, width, state_mb, hsdp)
                            : check(dir, replicas, steps);
   } catch (const std::exception& e) {
     lockstep::launch::record_error(e.what());

@@ -286,4 +286,37 @@ TEST(LaunchArgs, FaultTolerantRanksLearnTheService) {
   EXPECT_EQ(e["LOCKSTEP_REPLICA_ID"], "1");
 }
 
+TEST(LaunchArgs, ReplicaSizeGroupsRanksIntoReplicas) {
+  LaunchOptions o = parse_args({"--fault-tolerant", "--nnodes", "2", "--node-rank", "1",
+                                "--nproc-per-node", "4", "--replica-size", "2", "./train"});
+  EXPECT_EQ(o.replica_size, 2);
+  EXPECT_EQ(o.replicas(), 4);
+  EXPECT_EQ(usage_error({"--replica-size", "2", "--nproc-per-node", "2", "./t"}),
+            "lockstep-run: --replica-size groups ranks into replicas of a fault-tolerant job; "
+            "add --fault-tolerant (a job without it has no replicas)");
+  EXPECT_EQ(usage_error({"--fault-tolerant", "--replica-size", "2", "--nproc-per-node", "3", "./t"}),
+            "lockstep-run: --replica-size 2 must divide --nproc-per-node 3: a replica's ranks run "
+            "on one node");
+  EXPECT_EQ(usage_error({"--fault-tolerant", "--replica-size", "2", "--nproc-per-node", "4",
+                         "--min-replicas", "3", "./t"}),
+            "lockstep-run: --min-replicas 3 is more than the job's 2 replicas");
+  // Global rank 7 = node 1's local rank 3: rank 1 of replica 3's own job of 2.
+  GroupContext g;
+  g.job_id = "j";
+  g.master_port = 29500;
+  g.coordinator = "10.0.0.1:4000";
+  EnvMap e = rank_env(o, 3, g, {});
+  EXPECT_EQ(e["LOCKSTEP_REPLICA_ID"], "3");
+  make_replica_env(o, 3, 41000, 2, e);
+  EXPECT_EQ(e["RANK"], "1");
+  EXPECT_EQ(e["LOCAL_RANK"], "1");
+  EXPECT_EQ(e["WORLD_SIZE"], "2");
+  EXPECT_EQ(e["LOCAL_WORLD_SIZE"], "2");
+  EXPECT_EQ(e["MASTER_ADDR"], "127.0.0.1");
+  EXPECT_EQ(e["MASTER_PORT"], "41000");
+  EXPECT_EQ(e["LOCKSTEP_REPLICA_SIZE"], "2");
+  EXPECT_EQ(e["LOCKSTEP_JOB_ID"], "j.replica3.2");  // each incarnation a job of its own
+  EXPECT_EQ(e["LOCKSTEP_REPLICA_ID"], "3");
+}
+
 }  // namespace

@@ -37,6 +37,9 @@ struct LaunchOptions {
   bool fault_tolerant = false;
   bool coordinator = false;
   int min_replicas = 1;              // fewer replicas left: the job stops
+  // Ranks per replica (HSDP: one shard group; it must divide --nproc-per-node). Each
+  // replica's ranks see RANK/WORLD_SIZE of their own small job and restart together.
+  int replica_size = 1;
   int coordinator_port = -1;         // -1: a free port on one node, --master-port + 1 on several
   double heartbeat_timeout = 3.0;    // a replica silent this long is lost
   std::vector<std::string> program;  // PROGRAM and its ARGS; argv[0] first
@@ -50,6 +53,7 @@ struct LaunchOptions {
 
   int world_size() const { return nnodes * nproc_per_node; }
   int global_rank(int local_rank) const { return node_rank * nproc_per_node + local_rank; }
+  int replicas() const { return world_size() / replica_size; }
 };
 
 // Parses the launcher's arguments (without argv[0]) with CLI11. Options end at the first

@@ -38,6 +38,15 @@ EnvMap current_environment();
 EnvMap rank_env(const LaunchOptions& opt, int local_rank, const GroupContext& group,
                 const EnvMap& base);
 
+// --fault-tolerant --replica-size S > 1: turns `env` (rank_env's) into that of rank
+// local_rank % S of its replica's own job of S ranks: RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, MASTER_ADDR 127.0.0.1 (a replica runs on one node), MASTER_PORT
+// `replica_port`, and a job id of its own per incarnation (`restarts`), so a rank of a
+// replica's earlier life is refused by the new one's store. LOCKSTEP_REPLICA_ID stays the
+// replica's number, global_rank / S.
+void make_replica_env(const LaunchOptions& opt, int local_rank, int replica_port, int restarts,
+                      EnvMap& env);
+
 // glibc malloc settings for training processes, each only where base does not set it
 // (and none where GLIBC_TUNABLES tunes malloc): MALLOC_MMAP_MAX_=0 (not with a
 // MALLOC_MMAP_THRESHOLD_ of the user's) and a 16 GiB

@@ -28,6 +28,25 @@ std::string env_or(const char* name, const std::string& fallback) {
 
 constexpr int kHealTag = 7301;
 
+// The replica's rank 0 sends `text` to its other ranks (HSDP). A failure here is a rank of
+// the replica lost: the replica's end, not the step's.
+[[noreturn]] void replica_lost(const std::exception& e) {
+  throw Error(concat("fault tolerance: this replica lost one of its ranks (", e.what(),
+                     "); lockstep-run restarts the replica's ranks together"));
+}
+
+void share_in_replica(comm::ProcessGroup& g, std::string& text) {
+  try {
+    at::Tensor size = at::full({1}, int64_t(text.size()), at::kLong);
+    g.broadcast(size)->wait();
+    text.resize(size_t(size.item<int64_t>()));
+    at::Tensor bytes = at::from_blob(text.data(), {int64_t(text.size())}, at::kByte);
+    if (!text.empty()) g.broadcast(bytes)->wait();
+  } catch (const std::exception& e) {
+    replica_lost(e);
+  }
+}
+
 // The joiner's own StateFns::load failed: not a failure of the step (which a retry would
 // cure) but of this replica (the state does not fit it), so it leaves start_step().
 struct LoadFailed {
@@ -51,6 +70,21 @@ Manager::Manager(ManagerOptions options, StateFns state)
   LOCKSTEP_CHECK(state_.save && state_.load,
                  "fault tolerance: StateFns needs both save and load (a joiner is healed "
                  "with them)");
+  if (options_.replica_group) {
+    shard_ = options_.replica_group->rank();
+    shards_ = options_.replica_group->size();
+  }
+  const int launched = std::atoi(env_or(env::kReplicaSize, "1").c_str());
+  if (launched > 1 && shards_ != launched)
+    throw ConfigError(concat("fault tolerance: this replica was started as ", launched,
+                             " ranks (lockstep-run --replica-size ", launched,
+                             ") but the Manager was given ",
+                             options_.replica_group ? concat("a group of ", shards_)
+                                                    : std::string("no replica group"),
+                             ": pass the replica's own group (lockstep::init()) as "
+                             "ManagerOptions::replica_group"));
+  step_ = options_.start_step;
+  if (shard_ != 0) return;  // the replica's rank 0 speaks for it
   client_ = std::make_unique<QuorumClient>(options_.coordinator, options_.heartbeat);
   // The others reach this replica's store where the service reached it.
   host_ = client_->local_host();
@@ -62,14 +96,13 @@ Manager::Manager(ManagerOptions options, StateFns state)
   auto store = c10::make_intrusive<c10d::TCPStore>(host_, so);
   const int port = store->getPort();
   own_store_ = store;
-  step_ = options_.start_step;
   client_->hello(replica_id_, host_, port, options_.min_replicas);
 }
 
 Manager::~Manager() {
   // Done (BYE) or failed (an exception unwinds: close without a word, so the service counts
   // the replica lost, and restarts can heal it).
-  if (std::uncaught_exceptions() == 0) client_->bye(step_);
+  if (client_ && std::uncaught_exceptions() == 0) client_->bye(step_);
   client_.reset();  // first: the others must not wait for this replica
   group_.reset();
 }
@@ -83,7 +116,7 @@ bool Manager::start_step() {
   step_start_ = Clock::now();
   failed_ = false;
   last_error_.clear();
-  const quorum_wire::Quorum q = client_->quorum(step_, options_.quorum_timeout);
+  const quorum_wire::Quorum q = ask_quorum();
   if (q.done) return false;
   members_.clear();
   rank_ = -1;
@@ -109,13 +142,31 @@ bool Manager::start_step() {
   return true;
 }
 
+// The step's quorum: from the service, or (HSDP, shard > 0) from the replica's rank 0, which
+// passes on the service's answer, DONE or STOP alike.
+quorum_wire::Quorum Manager::ask_quorum() {
+  if (shards_ == 1) return client_->quorum(step_, options_.quorum_timeout);
+  const std::string text = from_leader([&] {
+    const quorum_wire::Quorum q = client_->quorum(step_, options_.quorum_timeout);
+    return q.done ? concat("DONE ", q.max_step) : quorum_wire::format_quorum(q);
+  });
+  quorum_wire::Quorum q;
+  if (text.rfind("DONE ", 0) == 0) {
+    q.done = true;
+    q.max_step = std::stoll(text.substr(5));
+  } else if (!quorum_wire::parse_quorum(text, &q)) {
+    throw Error("fault tolerance: the replica's rank 0 passed on a malformed quorum: " + text);
+  }
+  return q;
+}
+
 void Manager::rebuild(const quorum_wire::Quorum& q) {
   const auto t0 = Clock::now();
   group_.reset();        // a broken group aborts its backend on the way out
   need_rebuild_ = true;  // until this succeeds
   const quorum_wire::Member& leader = q.members.front();
   c10::intrusive_ptr<c10d::Store> store = own_store_;
-  if (leader.id != replica_id_) {
+  if (leader.id != replica_id_ || shard_ != 0) {
     c10d::TCPStoreOptions so;
     so.port = uint16_t(leader.port);
     so.isServer = false;
@@ -142,7 +193,9 @@ void Manager::rebuild(const quorum_wire::Quorum& q) {
   if (backend == "auto") backend = per_host.size() == 1 ? "shm" : "hier";
   io.backend = backend;
   io.env = e;
-  group_ = comm::make_group(store, io, concat("lockstep-ft/q", q.id, "/"));
+  // One group per shard: rank s of every member replica (all of them when a replica is one
+  // rank).
+  group_ = comm::make_group(store, io, concat("lockstep-ft/q", q.id, "/s", shard_, "/"));
   need_rebuild_ = false;
   if (stats_.rebuilds++ > 0) stats_.rebuild_s += since(t0);  // the first is not a loss
 }
@@ -228,7 +281,7 @@ void Manager::fail(const std::string& why) {
 bool Manager::should_commit() {
   // Every member votes on the quorum's step (a replica that could not be healed is behind
   // it and votes no), so the service counts one round.
-  const bool commit = client_->vote(quorum_id_, quorum_step_, !failed_, options_.quorum_timeout);
+  const bool commit = vote(!failed_);
   if (commit) {
     history_.push_back({step_, quorum_id_, members_});
     ++step_;
@@ -240,6 +293,42 @@ bool Manager::should_commit() {
     stats_.discarded_s += since(step_start_);
   }
   return commit;
+}
+
+
+// The service's decision on this replica's vote. HSDP: the replica votes ok only when each
+// of its ranks does, and its rank 0 passes the decision on.
+bool Manager::vote(bool ok) {
+  if (shards_ == 1) return client_->vote(quorum_id_, quorum_step_, ok, options_.quorum_timeout);
+  try {
+    at::Tensor all_ok = at::full({1}, ok ? 1 : 0, at::kInt);
+    options_.replica_group->allreduce(all_ok, {comm::ReduceOp::Min})->wait();
+    ok = all_ok.item<int>() == 1;
+  } catch (const std::exception& e) {
+    replica_lost(e);
+  }
+  return from_leader([&] {
+           return client_->vote(quorum_id_, quorum_step_, ok, options_.quorum_timeout) ? "1" : "0";
+         }) == "1";
+}
+
+// HSDP: `ask` runs on the replica's rank 0, which talks to the service; its answer, or the
+// service's STOP, reaches the replica's other ranks.
+std::string Manager::from_leader(const std::function<std::string()>& ask) {
+  std::string text;
+  std::exception_ptr error;
+  if (shard_ == 0) {
+    try {
+      text = ask();
+    } catch (const QuorumError& e) {
+      error = std::current_exception();
+      text = concat("STOP ", e.stopped() ? 1 : 0, " ", e.what());
+    }
+  }
+  share_in_replica(*options_.replica_group, text);
+  if (error) std::rethrow_exception(error);
+  if (text.rfind("STOP ", 0) == 0) throw QuorumError(text.substr(7), text[5] == '1');
+  return text;
 }
 
 }  // namespace lockstep::ft

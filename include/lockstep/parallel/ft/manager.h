@@ -1,6 +1,7 @@
 // lockstep/parallel/ft/manager.h: training that survives lost replicas without stopping.
 //
-// A fault-tolerant job is R replicas of the model state (under DDP, one rank each). At
+// A fault-tolerant job is R replicas of the model state (under DDP one rank each, under
+// HSDP one shard group each: ManagerOptions::replica_group). At
 // every step boundary each replica asks the quorum service who takes part in the step;
 // the replicas of the step average their gradients over a cross-replica process group
 // that is rebuilt, without restarting any process, whenever the members change; and the
@@ -59,6 +60,13 @@ struct ManagerOptions {
   // > 0: the job stops (QuorumError, stopped()) once fewer replicas remain; the service
   // keeps the largest of its --min-replicas and every replica's.
   int min_replicas = 0;
+  // HSDP: the group of this replica's own ranks (its shard group, e.g. lockstep::init()
+  // under lockstep-run --fault-tolerant --replica-size S), when a replica is more than one
+  // rank. Its rank 0 talks to the quorum service for the replica and shares what it learns;
+  // rank s of every member forms the cross-replica group of shard s. A failure of this
+  // group (a rank of the replica lost) is the replica's end: start_step() and
+  // should_commit() throw, and lockstep-run restarts the replica's ranks together.
+  std::shared_ptr<comm::ProcessGroup> replica_group;
 };
 
 // What a live replica hands a joiner (save) and the joiner takes (load): the parameters,
@@ -116,16 +124,20 @@ class Manager {
   int64_t step() const { return step_; }  // committed steps (the step being made)
   int replica_id() const { return replica_id_; }
   int replica_rank() const { return rank_; }  // index among the step's members
+  int shard() const { return shard_; }        // this rank's index in its replica (HSDP)
   int replicas() const { return int(members_.size()); }
   const std::vector<int>& members() const { return members_; }
   int64_t quorum_id() const { return quorum_id_; }
-  comm::ProcessGroup& group();  // the step's cross-replica group
+  comm::ProcessGroup& group();  // the step's cross-replica group (of this shard)
   const ManagerStats& stats() const { return stats_; }
   const std::vector<StepRecord>& history() const { return history_; }
   // Why the last discarded step failed on this replica (empty when it did not).
   const std::string& last_error() const { return last_error_; }
 
  private:
+  quorum_wire::Quorum ask_quorum();
+  bool vote(bool ok);
+  std::string from_leader(const std::function<std::string()>& ask);
   void rebuild(const quorum_wire::Quorum& q);
   void heal(const quorum_wire::Quorum& q);
   void fail(const std::string& why);
@@ -133,6 +145,8 @@ class Manager {
   ManagerOptions options_;
   StateFns state_;
   int replica_id_ = -1;
+  int shard_ = 0;   // rank in replica_group; 0 talks to the service
+  int shards_ = 1;  // replica_group's size
   std::string host_;
   c10::intrusive_ptr<c10d::Store> own_store_;  // this replica's rendezvous store (server)
   std::unique_ptr<QuorumClient> client_;
