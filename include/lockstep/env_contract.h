@@ -37,11 +37,12 @@ inline constexpr const char* kRdzvTokenFile = "LOCKSTEP_RDZV_TOKEN_FILE";
 inline constexpr const char* kRestartCount = "LOCKSTEP_RESTART_COUNT";  // 0, 1, 2, ...
 inline constexpr const char* kMaxRestarts = "LOCKSTEP_MAX_RESTARTS";    // --max-restarts
 // Fault-tolerant jobs (--fault-tolerant, docs/fault-tolerance.md): the quorum service's
-// HOST:PORT, this replica's id (global rank / --replica-size under lockstep-run) and its
-// number of ranks (--replica-size, HSDP).
+// HOST:PORT, this replica's id (global rank / --replica-size under lockstep-run), its
+// number of ranks (--replica-size, HSDP) and the number of replicas launched.
 inline constexpr const char* kCoordinator = "LOCKSTEP_COORDINATOR";
 inline constexpr const char* kReplicaId = "LOCKSTEP_REPLICA_ID";
 inline constexpr const char* kReplicaSize = "LOCKSTEP_REPLICA_SIZE";  // ranks per replica
+inline constexpr const char* kReplicas = "LOCKSTEP_REPLICAS";  // replicas launched
 // Where a failing rank writes its exception's message (lockstep/launch/error_file.h); the
 // same path also under torchelastic's name, which torch's @record writes (JSON).
 inline constexpr const char* kErrorFile = "LOCKSTEP_ERROR_FILE";

@@ -54,6 +54,7 @@ EnvMap rank_env(const LaunchOptions& opt, int local_rank, const GroupContext& gr
   if (!group.coordinator.empty()) {
     env[n::kCoordinator] = group.coordinator;
     env[n::kReplicaId] = std::to_string(opt.global_rank(local_rank) / opt.replica_size);
+    env[n::kReplicas] = std::to_string(opt.replicas());
   }
   if (base.find("OMP_NUM_THREADS") == base.end()) env["OMP_NUM_THREADS"] = "1";
   for (const auto& [k, v] : malloc_defaults(base)) env[k] = v;

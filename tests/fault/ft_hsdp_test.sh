@@ -86,6 +86,19 @@ went_on leave-shard1-optimizer 1 "$bound"
 job stop-shard1-backward 2.1:8:backward:stop --max-restarts 1
 went_on stop-shard1-backward 2 5
 
+# Two failures in a row: replica 1's rank 0 killed, then the rank 1 of the replica healing
+# it, as it saves its shard: the joiner's rank 0 got its shard, its rank 1 did not, and the
+# whole joiner must count as not healed (once it did not: the two ranks disagreed on their
+# step and the job discarded every step after).
+job heal-kill 1.0:8:forward:kill,0.1:*:heal:kill --max-restarts 2
+if [[ $rc == 0 ]] && has "$out" "restarting its replica's 2 ranks 0-1" &&
+  [[ $(grep -cE "replica 1 shard [01] done: " "$out") == 2 ]]; then
+  pass "heal-kill: the job finished (exit 0) after both replicas were restarted"
+else fail "heal-kill: exit $rc"; fi
+verdict=$("$prog" check "$dir" --steps "$steps")
+if [[ $(grep -c '^PASS' <<<"$verdict") == 3 ]]; then pass "heal-kill: $(sed -n 1p <<<"$verdict" | cut -c6-)"
+else fail "heal-kill: $verdict"; fi
+
 # The Manager must be given the replica's group: without it, a clear refusal.
 dir=$tmp/no-group; out=$tmp/no-group.out; mkdir -p "$dir"
 timeout 60 "$run" --fault-tolerant --replica-size 2 --nproc-per-node 2 --grace-seconds 1 \

@@ -94,8 +94,8 @@ std::vector<at::Tensor> grads(const std::vector<at::Tensor>& params) {
 struct Fault {
   int victim = -1;
   int shard = 0;
-  int64_t at = 0;
-  std::string point;  // forward | backward | allreduce | vote | optimizer
+  int64_t at = 0;  // -1: any step
+  std::string point;  // forward | backward | allreduce | vote | optimizer | heal
   std::string kind;   // kill | stop | leave
 };
 
@@ -117,7 +117,7 @@ struct Faults {
         throw std::invalid_argument("--faults: expected VICTIM:STEP:POINT:KIND, got '" + one + "'");
       f.victim = std::stoi(v);
       if (v.find('.') != std::string::npos) f.shard = std::stoi(v.substr(v.find('.') + 1));
-      f.at = std::stoll(a);
+      f.at = a == "*" ? -1 : std::stoll(a);
       out.push_back(f);
     }
     return out;
@@ -127,7 +127,7 @@ struct Faults {
     const char* restarts = std::getenv("LOCKSTEP_RESTART_COUNT");
     if (restarts && std::string(restarts) != "0") return;
     for (const Fault& f : list)
-      if (f.victim == id && f.shard == shard && f.at == step && f.point == where) {
+      if (f.victim == id && f.shard == shard && (f.at == step || f.at < 0) && f.point == where) {
         if (where == "allreduce") {  // strike while the reduction runs
           std::thread([this, f] {
             std::this_thread::sleep_for(std::chrono::microseconds(300));
@@ -197,7 +197,9 @@ int train(const std::string& dir, int64_t steps, const Faults& fault, double ste
   at::Tensor extra = at::full({state_mb << 18}, 1.0f);
   lockstep::ft::ManagerOptions mo;
   mo.replica_group = replica.ranks;
+  int id = -1;
   lockstep::ft::Manager ft(mo, {[&](torch::serialize::OutputArchive& ar) {
+                                  fault.maybe_strike(id, replica.shard, -1, "heal");
                                   for (size_t i = 0; i < params.size(); ++i)
                                     ar.write("param" + std::to_string(i), params[i]);
                                   opt.save(ar);
@@ -218,7 +220,8 @@ int train(const std::string& dir, int64_t steps, const Faults& fault, double ste
                                   ar.read("sampler", pos);
                                   sampler.set_state(pos[0].item<int64_t>(), pos[1].item<int64_t>());
                                 }});
-  const int id = ft.replica_id(), shard = replica.shard;
+  id = ft.replica_id();
+  const int shard = replica.shard;
   std::vector<double> commits;
   while (ft.step() < steps) {
     if (!ft.start_step()) {
@@ -393,8 +396,9 @@ int main(int argc, char** argv) {
   app.add_option("--replicas", replicas, "check: how many replicas the job had");
   app.add_option("--step-sleep", step_sleep, "seconds each replica sleeps after a commit");
   app.add_option("--faults", faults,
-                 "VICTIM:STEP:POINT:KIND,... with POINT forward, backward, allreduce, vote or "
-                 "optimizer and KIND kill, stop or leave");
+                 "VICTIM[.SHARD]:STEP:POINT:KIND,... with STEP a number or * (any), POINT "
+                 "forward, backward, allreduce, vote, optimizer or heal (saving its state for a "
+                 "joiner) and KIND kill, stop or leave");
   app.add_option("--ballast", width,
                  "float32 zeros reduced with the gradients each step, so a reduction lasts "
                  "long enough to be struck in (default 1 Mi)");

@@ -73,3 +73,10 @@ set_tests_properties(train_diloco PROPERTIES LABELS "train;multiprocess;diloco" 
 add_test(NAME train_fault_tolerance
          COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/ft_train_test.sh ${TRAIN_TEST_ARGS})
 set_tests_properties(train_fault_tolerance PROPERTIES LABELS "train;multiprocess" TIMEOUT 400)
+
+# The same with HSDP replicas: 3 of 2 ranks (strategy.kind = "fsdp", --replica-size 2):
+# follows FSDP at 6 ranks, a rank killed (its replica restarts whole and heals), two in a
+# row, stop and resume, layouts refused (tests/train/ft_hsdp_train_test.sh).
+add_test(NAME train_fault_tolerance_3x2
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/ft_hsdp_train_test.sh ${TRAIN_TEST_ARGS})
+set_tests_properties(train_fault_tolerance_3x2 PROPERTIES LABELS "train;multiprocess" TIMEOUT 400)

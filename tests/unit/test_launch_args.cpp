@@ -307,6 +307,7 @@ TEST(LaunchArgs, ReplicaSizeGroupsRanksIntoReplicas) {
   g.coordinator = "10.0.0.1:4000";
   EnvMap e = rank_env(o, 3, g, {});
   EXPECT_EQ(e["LOCKSTEP_REPLICA_ID"], "3");
+  EXPECT_EQ(e["LOCKSTEP_REPLICAS"], "4");
   make_replica_env(o, 3, 41000, 2, e);
   EXPECT_EQ(e["RANK"], "1");
   EXPECT_EQ(e["LOCAL_RANK"], "1");

@@ -365,10 +365,11 @@ TEST(TrainConfig, FaultToleranceKeys) {
   EXPECT_TRUE(f.enable);
   EXPECT_EQ(f.min_replicas, 2);
   EXPECT_DOUBLE_EQ(f.timeout_s, 5.5);
-  // A replica is one DDP rank reducing full-precision gradients.
-  std::string m = error_of("[fault_tolerance]\nenable = true\n[strategy]\nkind = \"fsdp\"\n");
+  // A replica is one DDP rank or one FSDP shard group, reducing full-precision gradients.
+  EXPECT_EQ(error_of("[fault_tolerance]\nenable = true\n[strategy]\nkind = \"fsdp\"\n"), "");
+  std::string m = error_of("[fault_tolerance]\nenable = true\n[strategy]\nkind = \"diloco\"\n");
   EXPECT_NE(m.find("test.toml:4:"), std::string::npos) << m;
-  EXPECT_NE(m.find("key 'strategy.kind' = 'fsdp': fault_tolerance.enable = true needs \"ddp\""),
+  EXPECT_NE(m.find("key 'strategy.kind' = 'diloco': fault_tolerance.enable = true needs \"ddp\""),
             std::string::npos)
       << m;
   m = error_of("[fault_tolerance]\nenable = true\n", {"strategy.comm_hook=qsgd"});

@@ -137,6 +137,18 @@ bool Manager::start_step() {
   } catch (const std::exception& e) {
     fail(e.what());
   }
+  // HSDP: a replica is healed whole or not at all (one of its ranks may have received its
+  // shard and another not, when a healer died): behind on any rank, behind on all, so the
+  // next quorum heals the whole replica again.
+  if (shards_ > 1 && q.members[size_t(rank_)].step != q.max_step) {
+    try {
+      at::Tensor step = at::full({1}, step_, at::kLong);
+      options_.replica_group->allreduce(step, {comm::ReduceOp::Min})->wait();
+      step_ = step.item<int64_t>();
+    } catch (const std::exception& e) {
+      replica_lost(e);
+    }
+  }
   if (step_ != quorum_step_ && !failed_)
     fail("this replica is behind its quorum and was not healed");
   return true;

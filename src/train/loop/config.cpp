@@ -248,8 +248,8 @@ void validate_diloco_keys(const TrainConfig& c, const toml::table& root) {
   }
 }
 
-// fault_tolerance.enable: a replica is one DDP rank whose gradients the fault-tolerant step
-// averages itself, in full precision.
+// fault_tolerance.enable: a replica is one DDP rank, or the ranks of one FSDP shard group
+// (HSDP), whose gradients the fault-tolerant step averages itself, in full precision.
 void validate_fault_tolerance_keys(const TrainConfig& c, const toml::table& root) {
   if (!c.fault_tolerance.enable) return;
   auto at = [&](const char* section, const char* key) {
@@ -257,10 +257,11 @@ void validate_fault_tolerance_keys(const TrainConfig& c, const toml::table& root
     return n ? where(*n) : c.source + ": ";
   };
   const auto& st = c.strategy;
-  if (st.kind != "ddp")
+  if (st.kind != "ddp" && st.kind != "fsdp")
     throw ConfigError(at("strategy", "kind") + "key 'strategy.kind' = '" + st.kind +
-                      "': fault_tolerance.enable = true needs \"ddp\" (a replica is one rank; "
-                      "HSDP replicas are not yet supported, docs/fault-tolerance.md)");
+                      "': fault_tolerance.enable = true needs \"ddp\" (a replica is one rank) "
+                      "or \"fsdp\" (HSDP: a replica shards over its lockstep-run --replica-size "
+                      "ranks), docs/fault-tolerance.md");
   if (st.comm_hook != "none")
     throw ConfigError(at("strategy", "comm_hook") + "key 'strategy.comm_hook' = '" + st.comm_hook +
                       "': under fault_tolerance.enable = true the gradients are averaged in "

@@ -17,7 +17,7 @@ namespace {
 // optimizer (committed, before the optimizer step), heal (saving its state for a joiner).
 constexpr const char* kTestReplicaKill = "LOCKSTEP_TEST_REPLICA_KILL";
 
-void test_point(const char* point, int64_t step, int replica) {
+void kill_point(const char* point, int64_t step, int replica) {
   if (restart_count_from_env() > 0 ||
       !test_point_named(std::getenv(kTestReplicaKill), point, step, replica))
     return;
@@ -39,32 +39,48 @@ ft::ManagerOptions manager_options(const FaultToleranceConfig& c) {
 }  // namespace
 
 ReplicaLoop::ReplicaLoop(const TrainConfig& cfg, Workload& workload, const BatchPlan& plan,
-                         const RunContext& ctx, std::shared_ptr<torch::nn::Module> model,
-                         StepRunner& runner)
+                         const RunContext& ctx, const RunContext& replica,
+                         std::shared_ptr<torch::nn::Module> model, StepRunner& runner)
     : cfg_(cfg),
       ckpt_cfg_(cfg),
       workload_(workload),
       plan_(plan),
       ctx_(ctx),
+      replica_ctx_(replica),
+      shards_(replica.world),
+      shard_(replica.rank),
+      replicas_(ctx.world / replica.world),
+      replica_id_(ctx.rank / replica.world),
       model_(std::move(model)),
       runner_(runner) {
   ckpt_cfg_.checkpoint.mode = "sync";
-  solo_.config = &cfg_;
-  record_.replica_id = ctx_.rank;
+  record_.replica_id = replica_id_;
 }
 
 ReplicaLoop::~ReplicaLoop() = default;
 
-// What a joiner receives: the model, the optimizer state and the loss scaler. The data
-// position, the lr and the dropout seeds follow from the step number.
+// Under HSDP the replica's last rank dies (its mates find their group broken).
+void ReplicaLoop::test_point(const char* point, int64_t step) const {
+  if (shard_ == shards_ - 1) kill_point(point, step, replica_id_);
+}
+
+// What a joiner receives: the model (under HSDP this rank's shards and the buffers), the
+// optimizer state and the loss scaler. The data position, the lr and the dropout seeds
+// follow from the step number.
 void ReplicaLoop::save_state(torch::serialize::OutputArchive& ar) {
-  test_point("heal", ft_->step() + 1, ctx_.rank);
+  test_point("heal", ft_->step() + 1);
   torch::serialize::OutputArchive model, optimizer;
-  model_->save(model);
+  if (runner_.fsdp()) {
+    const auto shards = runner_.parameters();
+    for (size_t i = 0; i < shards.size(); ++i) model.write(std::to_string(i), shards[i]);
+    for (const auto& b : model_->named_buffers()) model.write(b.key(), b.value(), true);
+  } else {
+    model_->save(model);
+  }
   runner_.optimizer().save(optimizer);
   ar.write("model", model);
   ar.write("optimizer", optimizer);
-  ar.write("slots", torch::tensor({int64_t(ctx_.world), plan_.steps_per_epoch}));
+  ar.write("slots", torch::tensor({int64_t(replicas_), plan_.steps_per_epoch, int64_t(shards_)}));
   if (auto* scaler = runner_.scaler()) {
     torch::serialize::OutputArchive s;
     scaler->save(s);
@@ -78,16 +94,29 @@ void ReplicaLoop::load_state(torch::serialize::InputArchive& ar) {
   torch::Tensor geometry;
   ar.read("slots", geometry);
   const int64_t slots = geometry[0].item<int64_t>(), steps = geometry[1].item<int64_t>();
-  if (slots != ctx_.world || steps != plan_.steps_per_epoch)
+  const int64_t shards = geometry[2].item<int64_t>();
+  if (slots != replicas_ || steps != plan_.steps_per_epoch || shards != shards_)
     throw ConfigError(detail::concat(
-        cfg_.source, ": replica ", ctx_.rank, " was started as one of ", ctx_.world, " replicas (",
-        plan_.steps_per_epoch, " steps per epoch), but the job it joins has ", slots, " (", steps,
-        " steps per epoch): start it with the job's --nnodes and "
-        "--nproc-per-node, and the same config"));
+        cfg_.source, ": replica ", replica_id_, " was started as one of ", replicas_,
+        " replicas of ", shards_, " rank(s) (", plan_.steps_per_epoch,
+        " steps per epoch), but the job it joins has ", slots, " of ", shards, " (", steps,
+        " steps per epoch): start it with the job's --nnodes, --nproc-per-node and "
+        "--replica-size, and the same config"));
   torch::serialize::InputArchive model, optimizer;
   ar.read("model", model);
   ar.read("optimizer", optimizer);
-  model_->load(model);
+  if (runner_.fsdp()) {
+    torch::NoGradGuard no_grad;
+    const auto shards_now = runner_.parameters();
+    for (size_t i = 0; i < shards_now.size(); ++i) {
+      torch::Tensor t;
+      model.read(std::to_string(i), t);
+      shards_now[i].copy_(t);
+    }
+    for (auto& b : model_->named_buffers()) model.read(b.key(), b.value(), true);
+  } else {
+    model_->load(model);
+  }
   runner_.optimizer().load(optimizer);
   if (auto* scaler = runner_.scaler()) {
     torch::serialize::InputArchive s;
@@ -98,8 +127,8 @@ void ReplicaLoop::load_state(torch::serialize::InputArchive& ar) {
 
 Checkpointer& ReplicaLoop::checkpointer() {
   if (!checkpointer_) {
-    checkpointer_ = std::make_unique<Checkpointer>(ckpt_cfg_, solo_, plan_, model_,
-                                                   runner_.optimizer(), nullptr);
+    checkpointer_ = std::make_unique<Checkpointer>(ckpt_cfg_, replica_ctx_, plan_, model_,
+                                                   runner_.optimizer(), runner_.fsdp());
     checkpointer_->set_scaler(runner_.scaler());
   }
   return *checkpointer_;
@@ -112,8 +141,8 @@ Checkpointer& ReplicaLoop::checkpointer() {
 BatchStream& ReplicaLoop::slot_at(int slot, int64_t step) {
   Slot& s = slots_[slot];
   if (!s.stream) {
-    RunContext part = ctx_;
-    part.rank = slot;
+    RunContext part = ctx_;  // under HSDP a slot is S parts: this rank trains one of them
+    part.rank = slot * shards_ + shard_;
     s.stream = workload_.train_batches(part);
   }
   const int64_t epoch = step / plan_.steps_per_epoch;
@@ -127,12 +156,13 @@ BatchStream& ReplicaLoop::slot_at(int slot, int64_t step) {
 // This replica's slots of step `step`: forward and backward, each slot's loss weighted by
 // n/R. Returns the weighted loss sum.
 double ReplicaLoop::backward(int64_t step) {
-  const int n = ft_->replicas(), slots = ctx_.world;
+  const int n = ft_->replicas(), slots = replicas_;
   const double weight = double(n) / double(slots);
   double loss = 0;
   for (int s = ft_->replica_rank(); s < slots; s += n) {
+    const uint64_t part = uint64_t(s) * uint64_t(shards_) + uint64_t(shard_);
     torch::manual_seed(uint64_t(cfg_.run.seed) * 0x9E3779B97F4A7C15ull +
-                       uint64_t(step) * uint64_t(slots) + uint64_t(s));
+                       uint64_t(step) * uint64_t(ctx_.world) + part);
     loss += runner_.accumulate(slot_at(s, step), plan_.accum, weight);
   }
   return loss;
@@ -143,24 +173,27 @@ double ReplicaLoop::backward(int64_t step) {
 // step's mean loss over the R slots.
 bool ReplicaLoop::make_step(int64_t step, double lr, double* loss) {
   runner_.begin_step(lr);
-  test_point("forward", step + 1, ctx_.rank);
+  test_point("forward", step + 1);
   auto loss_sum = torch::full({1}, backward(step), torch::kFloat64);
   // Every member averages the same tensors: a gradient this replica's batches left
-  // undefined is a zero one.
+  // undefined is a zero one. Under HSDP these are this rank's shards' (FSDP averaged
+  // them over the replica's ranks), reduced with the same shard of the other members.
   std::vector<at::Tensor> tensors{loss_sum};
-  for (auto& p : model_->parameters())
+  for (auto& p : runner_.parameters())
     if (p.requires_grad()) {
       if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
       tensors.push_back(p.grad());
     }
-  test_point("reduce", step + 1, ctx_.rank);
+  test_point("reduce", step + 1);
   ft_->allreduce(tensors);
-  test_point("vote", step + 1, ctx_.rank);
+  // The loss: each rank's covers its parts of the slots; the replica's is their mean.
+  if (shards_ > 1) replica_ctx_.group->allreduce(loss_sum, {comm::ReduceOp::Avg})->wait();
+  test_point("vote", step + 1);
   if (!ft_->should_commit()) {
     ctx_.say("step " + std::to_string(step + 1) + " discarded: " + ft_->last_error());
     return false;
   }
-  test_point("optimizer", step + 1, ctx_.rank);
+  test_point("optimizer", step + 1);
   *loss = loss_sum.item<double>();
   // The averaged gradients are the same on every member: so is the finiteness decision,
   // made here without a collective.
@@ -174,14 +207,15 @@ void ReplicaLoop::after_commit(int64_t step, double loss,
   record_.replicas_at_end = ft_->replicas();
   if (reports_) checkpointer().after_step(step, loss);  // writes and commits when due
   const int64_t every = cfg_.eval.every_steps;
-  if (ctx_.rank == 0 && every > 0 && step % every == 0 && step < plan_.total_steps)
+  if (replica_id_ == 0 && every > 0 && step % every == 0 && step < plan_.total_steps)
     log_->record_eval(step, now_s() - t_loop_, evaluate());
 }
 
 LoopResult ReplicaLoop::run(bool resume, const std::function<EvalResult()>& evaluate) {
   ft::ManagerOptions mo = manager_options(cfg_.fault_tolerance);
-  mo.replica_id = ctx_.rank;
-  if (resume && ctx_.rank == 0) mo.start_step = checkpointer().resume();
+  mo.replica_id = replica_id_;
+  if (shards_ > 1) mo.replica_group = runner_.group();  // FSDP's: the replica's ranks
+  if (resume && replica_id_ == 0) mo.start_step = checkpointer().resume();
   ft_ = std::make_unique<ft::Manager>(
       mo, ft::StateFns{[this](auto& ar) { save_state(ar); }, [this](auto& ar) { load_state(ar); }});
   const LrSchedule schedule(cfg_.optim.lr * plan_.lr_scale, cfg_.schedule.warmup_steps,

@@ -1,6 +1,8 @@
 // The trainer's loop under fault_tolerance.enable (docs/fault-tolerance.md, "The trainer"):
-// each rank of `lockstep-run --fault-tolerant` is a replica, and lockstep::ft::Manager
-// makes every step a transaction over the replicas alive at its start.
+// each rank of `lockstep-run --fault-tolerant` is a replica (strategy.kind = "ddp"), or
+// each group of --replica-size S ranks, sharding the model with FSDP (kind = "fsdp": HSDP),
+// and lockstep::ft::Manager makes every step a transaction over the replicas alive at its
+// start. Under HSDP a slot is S data parts, one per rank of the replica.
 //
 // The global batch stays the launch's: R slots per step (R = the replicas launched), slot s
 // being the data part a rank s of R would train on in a fault-free run. The step's n
@@ -48,10 +50,13 @@ struct LoopResult {
 
 class ReplicaLoop {
  public:
-  // `ctx`: rank = this replica's id, world = the replicas launched (R), no group. The
-  // model and the runner (built without a group) are the trainer's.
+  // `ctx`: the launch's view, no group: rank = this rank's in the launch (replica id x S +
+  // its rank in the replica), world = R x S (R replicas of S ranks). `replica`: the
+  // replica's own ranks (S = 1: this process alone; else their group, which the runner's
+  // FSDP shards over). The model and the runner are the trainer's.
   ReplicaLoop(const TrainConfig& cfg, Workload& workload, const BatchPlan& plan,
-              const RunContext& ctx, std::shared_ptr<torch::nn::Module> model, StepRunner& runner);
+              const RunContext& ctx, const RunContext& replica,
+              std::shared_ptr<torch::nn::Module> model, StepRunner& runner);
   ~ReplicaLoop();
 
   // Trains until the job's last step (or train.stop_after_steps), then leaves the quorum.
@@ -64,6 +69,7 @@ class ReplicaLoop {
   // The per-step log; null when this replica never took part in a step.
   StepLog* log() { return log_.get(); }
   ReplicaRecord record() const { return record_; }
+  int replica_id() const { return replica_id_; }
 
  private:
   struct Slot {
@@ -71,6 +77,7 @@ class ReplicaLoop {
     int64_t epoch = -1;
     int64_t position = 0;  // examples of the epoch consumed
   };
+  void test_point(const char* point, int64_t step) const;
   void save_state(torch::serialize::OutputArchive& ar);
   void load_state(torch::serialize::InputArchive& ar);
   BatchStream& slot_at(int slot, int64_t step);
@@ -84,7 +91,9 @@ class ReplicaLoop {
   Workload& workload_;
   const BatchPlan& plan_;
   const RunContext& ctx_;
-  RunContext solo_;  // one process, no group: what the checkpointer sees
+  const RunContext& replica_ctx_;  // the replica's ranks: what the checkpointer sees
+  int shards_ = 1, shard_ = 0;     // the replica's ranks, this one's index
+  int replicas_ = 1, replica_id_ = 0;  // R launched, this one's
   std::shared_ptr<torch::nn::Module> model_;
   StepRunner& runner_;
   std::map<int, Slot> slots_;

@@ -59,6 +59,11 @@ class StepRunner {
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   // FSDP's core (kind = "fsdp"), else null: checkpoints and evaluation go through it.
   fsdp::FSDPCore* fsdp() { return fsdp_ ? &fsdp_->core() : nullptr; }
+  // What the optimizer updates: the model's parameters, or under FSDP the local shards.
+  std::vector<torch::Tensor> parameters() const {
+    return fsdp_ ? fsdp_->parameters() : model_->parameters();
+  }
+  const std::shared_ptr<comm::ProcessGroup>& group() const { return group_; }
   // The outer loop (kind = "diloco"; built with the runner: it broadcasts rank 0's
   // parameters), else null: checkpoints hold its state.
   diloco::DiLoCo* diloco() { return diloco_.get(); }

@@ -56,7 +56,9 @@ struct Trainer::Impl {
   TrainerOptions opt;
   std::shared_ptr<comm::ProcessGroup> group;  // set for every strategy.kind but "single"
   RunContext ctx;                             // ctx.group: group when world > 1, else null
-  RunContext solo;  // fault_tolerance.enable: the workload's data and evaluation, alone
+  // fault_tolerance.enable: the replica's own ranks (this process alone, or under HSDP its
+  // shard group, `group`): evaluation, checkpoints and the report.
+  RunContext replica_ctx;
   BatchPlan plan;
   std::shared_ptr<torch::nn::Module> model;
   double t_loop = 0;  // when the training loop began (eval.csv's wall_s counts from it)
@@ -138,25 +140,47 @@ bool Trainer::Impl::resume_requested() const {
   return opt.resume || restarts > 0;
 }
 
-// fault_tolerance.enable: this process is replica LOCKSTEP_REPLICA_ID of the WORLD_SIZE
-// launched; no process group (the replicas' own is rebuilt every time they change).
+// fault_tolerance.enable: this process is (a rank of) replica LOCKSTEP_REPLICA_ID of the
+// LOCKSTEP_REPLICAS launched. No group across replicas (theirs is rebuilt every time they
+// change); under HSDP (--replica-size S) the group of the replica's own S ranks.
 void Trainer::Impl::join_replicas() {
   if (!std::getenv(env::kCoordinator))
     throw ConfigError(cfg.source + ": fault_tolerance.enable = true but " + env::kCoordinator +
                       " is not set: start the job with lockstep-run --fault-tolerant");
   const auto env = comm::LaunchEnv::from_environment();
-  const char* id = std::getenv(env::kReplicaId);
+  auto number = [&](const char* name, int fallback) {
+    const char* v = std::getenv(name);
+    return v && *v ? std::atoi(v) : fallback;
+  };
+  const int shards = number(env::kReplicaSize, 1), replicas = number(env::kReplicas, env.world_size);
+  if (cfg.strategy.kind == "ddp" && shards > 1)
+    throw ConfigError(detail::concat(
+        cfg.source, ": lockstep-run --replica-size ", shards, " makes replicas of ", shards,
+        " ranks, which strategy.kind = \"ddp\" cannot use (a DDP replica is one rank): set "
+        "strategy.kind = \"fsdp\" (HSDP) or leave --replica-size out"));
+  if (cfg.strategy.kind == "fsdp" && shards < 2)
+    throw ConfigError(cfg.source +
+                      ": strategy.kind = \"fsdp\" under fault_tolerance.enable shards each "
+                      "replica over its ranks (HSDP): launch with lockstep-run --replica-size S, "
+                      "S >= 2 ranks per replica");
   ctx.config = &cfg;
-  ctx.rank = id ? std::atoi(id) : env.rank;
-  ctx.world = env.world_size;
-  solo.config = &cfg;
-  if (cfg.fault_tolerance.min_replicas > ctx.world)
+  ctx.rank = number(env::kReplicaId, env.rank) * shards + (shards > 1 ? env.rank : 0);
+  ctx.world = replicas * shards;
+  replica_ctx.config = &cfg;
+  if (shards > 1) {
+    comm::InitOptions io;
+    io.backend = cfg.strategy.backend;
+    group = comm::init(io);
+    replica_ctx = {group.get(), group->rank(), group->size(), &cfg};
+  }
+  if (cfg.fault_tolerance.min_replicas > replicas)
     throw ConfigError(detail::concat(
         cfg.source, ": fault_tolerance.min_replicas = ", cfg.fault_tolerance.min_replicas,
-        " but the job has ", ctx.world, " replicas; lower it or start more"));
-  ctx.say(detail::concat("config ", cfg.source, ", workload ", cfg.run.workload, ", ", ctx.world,
-                         " replica(s), fault tolerant (min ", cfg.fault_tolerance.min_replicas,
-                         "), strategy ", cfg.strategy.kind));
+        " but the job has ", replicas, " replicas; lower it or start more"));
+  ctx.say(detail::concat("config ", cfg.source, ", workload ", cfg.run.workload, ", ", replicas,
+                         " replica(s)", shards > 1 ? detail::concat(" of ", shards, " ranks") : "",
+                         ", fault tolerant (min ", cfg.fault_tolerance.min_replicas,
+                         "), strategy ", cfg.strategy.kind, strategy_detail()));
 }
 
 // Each replica makes sure of the data alone, one at a time (a lock file in run.out_dir):
@@ -173,7 +197,9 @@ void Trainer::Impl::prepare_data_alone() const {
   if (lock.fd < 0) throw Error("cannot open " + path + ": " + std::strerror(errno));
   while (::flock(lock.fd, LOCK_EX) != 0 && errno == EINTR) {
   }
-  workload->prepare_data(solo);
+  RunContext alone;
+  alone.config = &cfg;
+  workload->prepare_data(alone);
 }
 
 int Trainer::Impl::run_replica(double t_start) {
@@ -183,15 +209,19 @@ int Trainer::Impl::run_replica(double t_start) {
   plan = plan_batches(cfg, ctx.world, workload->examples_per_rank(ctx));
   for (const auto& line : describe(plan, cfg, ctx.world)) ctx.say(line);
   build_model();
-  StepRunner runner(cfg, *workload, model, nullptr);
-  ReplicaLoop replica(cfg, *workload, plan, ctx, model, runner);
+  StepRunner runner(cfg, *workload, model, group);  // HSDP: FSDP over the replica's ranks
+  ReplicaLoop replica(cfg, *workload, plan, ctx, replica_ctx, model, runner);
   // A restarted replica is healed by a live one, never from a checkpoint.
-  const LoopResult loop =
-      replica.run(opt.resume && restart_count_from_env() == 0, [this] { return evaluate(); });
+  const LoopResult loop = replica.run(opt.resume && restart_count_from_env() == 0,
+                                      [&] { return evaluate_gathered(runner); });
   // Every replica that finished holds the same bits: the line to compare them by.
-  if (loop.step > 0)
-    std::cout << "[lockstep-train] replica " << ctx.rank << " ended at step " << loop.step
-              << ", parameters crc32 " << parameter_crc32(*model) << std::endl;
+  if (loop.step > 0) {
+    std::optional<fsdp::FSDPCore::FullParamsGuard> full_params;
+    if (runner.fsdp()) full_params.emplace(*runner.fsdp());
+    if (replica_ctx.rank == 0)
+      std::cout << "[lockstep-train] replica " << replica.replica_id() << " ended at step "
+                << loop.step << ", parameters crc32 " << parameter_crc32(*model) << std::endl;
+  }
   if (loop.stopped) {
     ctx.say("stopped after step " + std::to_string(loop.step) +
             " (train.stop_after_steps); continue with --resume");
@@ -281,7 +311,7 @@ double Trainer::Impl::mean_comm_share(const StepRunner& runner, const StepLog& l
 EvalResult Trainer::Impl::evaluate() {
   torch::NoGradGuard no_grad;
   model->eval();
-  EvalResult result = workload->evaluate(cfg.fault_tolerance.enable ? solo : ctx);
+  EvalResult result = workload->evaluate(cfg.fault_tolerance.enable ? replica_ctx : ctx);
   model->train();
   return result;
 }
@@ -306,7 +336,7 @@ int Trainer::Impl::finish(const LoopResult& loop, StepRunner& runner, StepLog& l
   s.eval_time = now_s() - t_eval;
   const GateDecision gate = decide_gate(cfg, result);
   s.world = ctx.world;
-  s.backend = group ? group->backend_name() : replica ? "replicas" : "none";
+  s.backend = replica ? "replicas" : group ? group->backend_name() : "none";
   s.step = loop.step;
   s.steps_run = loop.step - start_step;
   s.steps_per_epoch = plan.steps_per_epoch;
@@ -324,8 +354,9 @@ int Trainer::Impl::finish(const LoopResult& loop, StepRunner& runner, StepLog& l
   s.loss_scale = runner.scaler() ? runner.scaler()->get_scale() : 0;
   s.wall_time = now_s() - t_start;
   if (replica) s.replica = replica->record();
-  if (replica || ctx.rank == 0) report_run(cfg, *workload, result, gate, s, log.tensorboard());
-  ctx.barrier();
+  const RunContext& mine = replica ? replica_ctx : ctx;  // who reports: its rank 0
+  if (mine.rank == 0) report_run(cfg, *workload, result, gate, s, log.tensorboard());
+  mine.barrier();
   return gate.passed ? kExitOk : kExitGateFailed;
 }
 
