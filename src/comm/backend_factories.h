@@ -7,9 +7,12 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace lockstep::comm {
 
@@ -25,9 +28,18 @@ at::Tensor kept_buffer(at::Tensor& bytes, int64_t n, at::ScalarType t);
 // Single-node shared memory. Requires env.single_node().
 std::unique_ptr<Backend> make_shm_backend(const StorePtr& store, const std::string& prefix,
                                           const LaunchEnv& env, Millis timeout);
+// A failure notice a group heeds besides its own (hier: the one its two inner groups
+// share): once `key` exists in `store`, the group has failed, for the reason
+// describe(value) gives, and its blocked ops end at once.
+struct ExternalNotice {
+  StorePtr store;
+  std::string key;
+  std::function<std::string(const std::vector<uint8_t>&)> describe;
+};
 // c10d's ProcessGroupGloo over TCP.
 std::unique_ptr<Backend> make_gloo_backend(const StorePtr& store, const std::string& prefix,
-                                           const LaunchEnv& env, Millis timeout);
+                                           const LaunchEnv& env, Millis timeout,
+                                           ExternalNotice notice = {});
 // OpenMPI's MPI_COMM_WORLD (the job must have been started by mpirun / srun --mpi), or with
 // `color` the ranks of the world that pass the same color (>= 0), ordered by world rank
 // (MPI_Comm_split, key = world rank): e.g. color = local_rank for one rank per node.

@@ -295,10 +295,9 @@ void Group::replica_failed(std::size_t i) {
     return;
   }
   if (remote_service_lost()) return;
-  const int st = ranks_[i].status;
-  if (WIFEXITED(st) && WEXITSTATUS(st) == kExitUsage) {  // also every config error's code
+  if (usage_error_in_replica(i)) {
     say(name + " failed (" + how +
-        ": a usage or configuration error, which a restart would repeat); not restarted");
+        "): a usage or configuration error, which a restart would repeat; not restarted");
     return;
   }
   if (ft_restarts_ >= opt_.max_restarts) {
@@ -328,6 +327,17 @@ void Group::replica_failed(std::size_t i) {
     }
   }
   respawn_replica_when_down(i);
+}
+
+// Rank i, or (--replica-size) a rank of its replica, exited with kExitUsage (also every
+// configuration error's code): its mates fail after it, with other codes.
+bool Group::usage_error_in_replica(std::size_t i) const {
+  const std::size_t size = std::size_t(opt_.replica_size), first = i - i % size;
+  for (std::size_t k = first; k < first + size; ++k) {
+    const int st = ranks_[k].status;
+    if (!ranks_[k].running && WIFEXITED(st) && WEXITSTATUS(st) == kExitUsage) return true;
+  }
+  return false;
 }
 
 void Group::respawn_replica_when_down(std::size_t i) {

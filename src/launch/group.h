@@ -66,6 +66,7 @@ class Group {
   // --replica-size S > 1: once none of the replica of ranks_[i] runs, starts its S ranks.
   void respawn_replica_when_down(std::size_t i);
   void last_words(Rank& r);
+  bool usage_error_in_replica(std::size_t i) const;
   void check_service();
   bool remote_service_lost();
   void loop();

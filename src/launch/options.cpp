@@ -329,9 +329,9 @@ options (before PROGRAM; "--" also ends them; --flag value or --flag=value):
   --notice-seconds S   after a rank fails, time the others get to notice it and exit with
                        their own error before they are sent SIGTERM (default 3)
   --grace-seconds S    seconds between SIGTERM and SIGKILL when stopping ranks (default 5)
-  --fault-tolerant     each rank is a replica (lockstep::ft::Manager): a failed one is
-                       restarted alone (--max-restarts in all) while the others go on;
-                       node 0 hosts the quorum service (docs/fault-tolerance.md)
+  --fault-tolerant     each rank (or --replica-size ranks) is a replica (lockstep::ft::Manager):
+                       a failed one is restarted alone (--max-restarts in all) while the
+                       others go on; node 0 hosts the quorum service (docs/fault-tolerance.md)
   --replica-size S     with --fault-tolerant: S ranks per replica (an HSDP shard group), each
                        replica a small job of its own (RANK 0..S-1); a failed rank
                        restarts its whole replica (default 1)

@@ -199,6 +199,11 @@ case $case_ in
     line=$(grep -m1 "discarded step 40" "$MH_DIR/host1.out")
     if grep -q "\[$backend\]" <<<"$line"; then pass "the survivors' step failed on the $backend group: ${line:0:160}"
     else fail "no step failed on a $backend group: $line"; fi
+    # Seen through the victim's host peer (its pid gone), not 3 s of missed heartbeats: on
+    # hier the peer is in another cross-node group and tells this one through hier's notice.
+    took=$(grep -o "after [0-9.]* s of" <<<"$line" | awk '{print $2}')
+    if [[ -n $took ]] && le "$took" 1; then pass "host1's replica saw the death on another host after $took s"
+    else fail "host1's replica saw the death after ${took:-?} s (bound 1 s)"; fi
     if grep -q "quorum service on $(mh_ip 1):$((port + 1))" "$MH_DIR/host1.out" &&
       grep -q "replica $victim done: .* 1 heals" "$MH_DIR/host$nhosts.out"; then
       pass "replica $victim (host$nhosts) restarted alone and healed across hosts: $(grep -o '1 heals ([^)]*)' "$MH_DIR/host$nhosts.out")"

@@ -15,15 +15,16 @@
 // depend on which replica trains a slot.
 //
 // A replica that (re)starts is healed by a live one at its first quorum: the model's
-// parameters and buffers, the optimizer state and the loss scaler travel; the data
-// position, the lr and the dropout seeds follow from the step. With --resume replica 0
-// alone reads the newest checkpoint and heals the others from it.
+// parameters and buffers (HSDP: each rank's shards, and the buffers), the optimizer state
+// and the loss scaler travel; the data position, the lr and the dropout seeds follow from
+// the step. With --resume replica 0 alone reads the newest checkpoint and heals the others.
 //
 // Checkpoints are written by the first member of a due step, synchronously (the files are
 // committed before that replica asks for the next quorum, so no two replicas ever write at
-// once), as a single process would: one model.pt and optimizer.pt. eval.every_steps
-// evaluations run on replica 0, alone, while it is a member; the last step's first member
-// reports the run (evaluation, gate, summary.json).
+// once), as the replica alone would: one model.pt and optimizer.pt, or under HSDP the
+// sharded checkpoint of its S ranks. eval.every_steps evaluations run on replica 0, alone,
+// while it is a member; the last step's first member reports the run (evaluation, gate,
+// summary.json).
 #pragma once
 
 #include "train/checkpoint/checkpointer.h"

@@ -56,7 +56,7 @@ std::shared_ptr<::gloo::transport::Device> make_device(const LaunchEnv& env) {
 class GlooBackend final : public Backend {
  public:
   GlooBackend(const StorePtr& store, const std::string& prefix, const LaunchEnv& env,
-              Millis timeout)
+              Millis timeout, ExternalNotice notice)
       : rank_(env.rank), size_(env.world_size) {
     auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
     opts->devices.push_back(make_device(env));
@@ -64,7 +64,8 @@ class GlooBackend final : public Backend {
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix + "gloo/", store);
     pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank_, size_, opts);
     heartbeat_ = std::make_unique<StoreHeartbeat>(
-        c10::make_intrusive<c10d::PrefixStore>(prefix + "live/", store), rank_, size_);
+        c10::make_intrusive<c10d::PrefixStore>(prefix + "live/", store), rank_, size_,
+        std::move(notice));
   }
 
   ~GlooBackend() override {
@@ -251,8 +252,9 @@ class GlooBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_gloo_backend(const StorePtr& store, const std::string& prefix,
-                                           const LaunchEnv& env, Millis timeout) {
-  return std::make_unique<GlooBackend>(store, prefix, env, timeout);
+                                           const LaunchEnv& env, Millis timeout,
+                                           ExternalNotice notice) {
+  return std::make_unique<GlooBackend>(store, prefix, env, timeout, std::move(notice));
 }
 
 }  // namespace lockstep::comm

@@ -41,7 +41,7 @@ PeerFailure parse_notice(const std::vector<uint8_t>& v, int me) {
 
 }  // namespace
 
-StoreHeartbeat::StoreHeartbeat(const StorePtr& store, int rank, int size)
+StoreHeartbeat::StoreHeartbeat(const StorePtr& store, int rank, int size, ExternalNotice notice)
     : st_(std::make_shared<State>()), store_(store), rank_(rank), size_(size) {
   if (size <= 1) return;
   // The job's rank 0 hosts the store; in a subgroup it may have another rank, or none.
@@ -62,7 +62,7 @@ StoreHeartbeat::StoreHeartbeat(const StorePtr& store, int rank, int size)
     if (w == 0) store_host_ = r;
   }
   st_->local = PeerWatch(rank, ids, pids, kStale);
-  thread_ = std::thread(run, st_, store, rank, size, store_host_);
+  thread_ = std::thread(run, st_, store, rank, size, store_host_, std::move(notice));
 }
 
 StoreHeartbeat::~StoreHeartbeat() {
@@ -143,7 +143,7 @@ void StoreHeartbeat::linger_for_acks() {
 // The heartbeat thread: bump our counter, read the group's notice, check same-machine
 // peers and (rank 0) everyone's counters, every kPeriod until stopped.
 void StoreHeartbeat::run(std::shared_ptr<State> st, StorePtr store, int rank, int size,
-                         int store_host) {
+                         int store_host, ExternalNotice notice) {
   std::map<int, std::pair<int64_t, Clock::time_point>> seen;  // rank 0: last count, when
   bool published = false;
   try {
@@ -159,6 +159,8 @@ void StoreHeartbeat::run(std::shared_ptr<State> st, StorePtr store, int rank, in
       store->add(hb_key(rank), 1);
       std::optional<PeerFailure> found;
       if (store->check({"failed"})) found = parse_notice(store->get("failed"), rank);
+      if (!found && notice.store && notice.store->check({notice.key}))
+        found = PeerFailure{-1, notice.describe(notice.store->get(notice.key)), false};
       {
         std::lock_guard<std::mutex> l(st->mu);
         std::string what;

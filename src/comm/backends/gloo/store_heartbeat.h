@@ -8,7 +8,9 @@
 //  - every rank bumps a heartbeat counter in the store every kPeriod; rank 0, which
 //    hosts the store, declares a rank whose counter stood still for kStale failed;
 //  - whoever finds a failure first publishes it under one store key ("failed"), which
-//    every rank polls, so ranks on other nodes learn the culprit too.
+//    every rank polls, so ranks on other nodes learn the culprit too;
+//  - an ExternalNotice, when given, is polled the same way: a failure found outside the
+//    group (hier: by a rank's peer inside its node, which is in another cross-node group).
 // Rank 0's own death closes the store's connections (seen at once); a stopped rank 0
 // leaves the others' store calls unanswered, which the watchdog reads after kStale.
 // Why the store and not a new channel: it already connects every rank to rank 0, works
@@ -42,7 +44,7 @@ class StoreHeartbeat {
 
   // Collective over the group: publishes this rank's pid and machine, reads the others'
   // (waiting for them up to the store's timeout), then starts the heartbeat thread.
-  StoreHeartbeat(const StorePtr& store, int rank, int size);
+  StoreHeartbeat(const StorePtr& store, int rank, int size, ExternalNotice notice = {});
   // Says goodbye (a clean leave is no failure) and stops the thread. Never blocks for
   // long: a thread stuck on an unanswering store is left to finish on its own.
   ~StoreHeartbeat();
@@ -69,7 +71,8 @@ class StoreHeartbeat {
     bool poll_now = false;  // failure_within() wants a round at once  // this rank counted itself
                             // under "acked" (it knows the failure)
   };
-  static void run(std::shared_ptr<State> st, StorePtr store, int rank, int size, int store_host);
+  static void run(std::shared_ptr<State> st, StorePtr store, int rank, int size, int store_host,
+                  ExternalNotice notice);
   static void record(State& st, PeerFailure f);
   // The job's rank 0 hosts the store: after a failure it keeps it up (bounded) until the others
   // have read the notice, or they would see only the store vanish and blame rank 0.

@@ -17,7 +17,7 @@ HierBackend::HierBackend(const HierLayout& layout, std::unique_ptr<Backend> intr
       intra_(std::move(intra)),
       inter_(std::move(inter)),
       store_(std::move(store)),
-      notice_key_(prefix + "hier/failed") {
+      notice_key_(notice_key(prefix)) {
   LOCKSTEP_CHECK(intra_->size() == lay_.per_node && inter_->size() == lay_.nodes,
                  "hier: inner groups of ", intra_->size(), " and ", inter_->size(),
                  " ranks for a layout of ", lay_.nodes, " nodes x ", lay_.per_node);
@@ -61,7 +61,7 @@ void HierBackend::rethrow(Hop hop, const OpContext& ctx, const CommError& e) {
   failed_ = true;
   if (kind != CommError::Kind::Aborted && c.peer >= 0) {
     publish(Notice{c.peer, kind, detail::concat(what, " (seen by job rank ", rank(), ")")});
-  } else if (kind == CommError::Kind::Aborted) {
+  } else {  // aborted, or the culprit unknown here: whoever saw it has said who
     if (auto n = notice(Millis(1000))) {
       c.peer = n->peer;
       kind = n->kind;
@@ -90,14 +90,22 @@ std::optional<HierBackend::Notice> HierBackend::notice(Millis patience) noexcept
     }
     const auto b = store_->get(notice_key_);
     store_->add(notice_key_ + "/seen", 1);
-    const std::string v(b.begin(), b.end());
-    const auto a = v.find('\n'), k = v.find('\n', a + 1);
-    return Notice{std::stoi(v.substr(0, a)),
-                  static_cast<CommError::Kind>(std::stoi(v.substr(a + 1, k - a - 1))),
-                  v.substr(k + 1)};
+    return parse(b);
   } catch (...) {
     return std::nullopt;
   }
+}
+
+std::string HierBackend::notice_reason(const std::vector<uint8_t>& value) {
+  return parse(value).what;
+}
+
+HierBackend::Notice HierBackend::parse(const std::vector<uint8_t>& value) {
+  const std::string v(value.begin(), value.end());
+  const auto a = v.find('\n'), k = v.find('\n', a + 1);
+  return Notice{std::stoi(v.substr(0, a)),
+                static_cast<CommError::Kind>(std::stoi(v.substr(a + 1, k - a - 1))),
+                v.substr(k + 1)};
 }
 
 template <class F>
@@ -300,8 +308,10 @@ std::unique_ptr<Backend> make_hier_backend(const StorePtr& store, const std::str
   if (inter == "mpi")  // the world's ranks of this local rank (MPI_Comm_split)
     cross = make_mpi_backend(env, timeout, layout.local);
   else
-    cross = make_gloo_backend(store, detail::concat(prefix, "cross", layout.local, "/"), across,
-                              timeout);
+    cross = make_gloo_backend(
+        store, detail::concat(prefix, "cross", layout.local, "/"), across, timeout,
+        ExternalNotice{store, HierBackend::notice_key(prefix),
+                       HierBackend::notice_reason});
   return std::make_unique<HierBackend>(layout, std::move(intra), std::move(cross), store, prefix);
 }
 

@@ -83,6 +83,13 @@ class HierBackend final : public Backend {
     inter_->abort();
   }
 
+  // The job's failure notice (the first culprit found by any rank, published once): its key
+  // under the group's prefix and the reason it gives. The cross-node gloo groups heed it
+  // too (ExternalNotice): a rank whose node peer died is not in the cross-node group its
+  // counterparts on other nodes wait in, so only this notice tells them at once.
+  static std::string notice_key(const std::string& prefix) { return prefix + "hier/failed"; }
+  static std::string notice_reason(const std::vector<uint8_t>& value);
+
   // The inner groups, where there are two levels (several nodes, several ranks each).
   Levels levels() override {
     if (lay_.nodes == 1 || lay_.per_node == 1) return {};
@@ -103,6 +110,7 @@ class HierBackend final : public Backend {
   // The first culprit found by any rank: published once per job, read within `patience`.
   void publish(const Notice& n) noexcept;
   std::optional<Notice> notice(Millis patience) noexcept;
+  static Notice parse(const std::vector<uint8_t>& value);
   std::string describe(Hop hop) const;
   void allreduce_small(at::Tensor& t, ReduceOp op, const OpContext& ctx);
   void allreduce_large(at::Tensor& t, ReduceOp op, const OpContext& ctx);
