@@ -42,7 +42,7 @@ inline constexpr const char* kMaxRestarts = "LOCKSTEP_MAX_RESTARTS";    // --max
 inline constexpr const char* kCoordinator = "LOCKSTEP_COORDINATOR";
 inline constexpr const char* kReplicaId = "LOCKSTEP_REPLICA_ID";
 inline constexpr const char* kReplicaSize = "LOCKSTEP_REPLICA_SIZE";  // ranks per replica
-inline constexpr const char* kReplicas = "LOCKSTEP_REPLICAS";  // replicas launched
+inline constexpr const char* kReplicas = "LOCKSTEP_REPLICAS";         // replicas launched
 // Where a failing rank writes its exception's message (lockstep/launch/error_file.h); the
 // same path also under torchelastic's name, which torch's @record writes (JSON).
 inline constexpr const char* kErrorFile = "LOCKSTEP_ERROR_FILE";

@@ -306,8 +306,8 @@ void Group::replica_failed(std::size_t i) {
     return;
   }
   ++ft_restarts_;
-  const std::string count =
-      " (restart " + std::to_string(ft_restarts_) + " of " + std::to_string(opt_.max_restarts) + ")";
+  const std::string count = " (restart " + std::to_string(ft_restarts_) + " of " +
+                            std::to_string(opt_.max_restarts) + ")";
   if (size == 1) {
     last_words(ranks_[i]);
     say(name + " failed (" + how + "); restarting it alone" + count + "; the other replicas go on");
@@ -316,9 +316,9 @@ void Group::replica_failed(std::size_t i) {
   }
   // Its mates cannot go on without it (their shard group is broken): all restart together.
   const std::size_t first = i - i % std::size_t(size);
-  say(name + " failed (" + how + "); restarting its replica's " + std::to_string(size) +
-      " ranks " + std::to_string(ranks_[first].rank) + "-" +
-      std::to_string(ranks_[first].rank + size - 1) + count + "; the other replicas go on");
+  say(name + " failed (" + how + "); restarting its replica's " + std::to_string(size) + " ranks " +
+      std::to_string(ranks_[first].rank) + "-" + std::to_string(ranks_[first].rank + size - 1) +
+      count + "; the other replicas go on");
   for (std::size_t k = first; k < first + std::size_t(size); ++k) {
     ranks_[k].replica_restart = true;
     if (ranks_[k].running) {

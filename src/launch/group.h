@@ -104,9 +104,9 @@ class Group {
   int first_failed_ = -1;      // index into ranks_
   int interrupted_by_ = 0;     // signal that asked the launcher to stop
   int exec_errno_ = 0;
-  int ft_restarts_ = 0;        // --fault-tolerant: single-replica restarts so far
+  int ft_restarts_ = 0;             // --fault-tolerant: single-replica restarts so far
   std::vector<int> replica_ports_;  // --replica-size: each local replica's MASTER_PORT
-  bool service_gone_ = false;  // the quorum service exited (or, remote, cannot be reached)
+  bool service_gone_ = false;       // the quorum service exited (or, remote, cannot be reached)
   int service_status_ = 0;
   bool service_done_ = false;  // the quorum service ended by itself: the job is finished
 };

@@ -72,8 +72,8 @@ void make_replica_env(const LaunchOptions& opt, int local_rank, int replica_port
   env[n::kMasterAddr] = "127.0.0.1";
   env[n::kMasterPort] = std::to_string(replica_port);
   env[n::kReplicaSize] = std::to_string(s);
-  env[n::kJobId] = env[n::kJobId] + ".replica" + std::to_string(replica) + "." +
-                   std::to_string(restarts);
+  env[n::kJobId] =
+      env[n::kJobId] + ".replica" + std::to_string(replica) + "." + std::to_string(restarts);
   env[n::kTorchelasticRunId] = env[n::kJobId];
 }
 

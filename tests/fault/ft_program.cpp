@@ -22,9 +22,9 @@
 //               the replay every sample was used exactly once in each completed epoch.
 #include <lockstep/comm/init.h>
 #include <lockstep/data/elastic_sampler.h>
-#include <lockstep/parallel/fsdp/fsdp.h>
 #include <lockstep/launch/cli.h>
 #include <lockstep/launch/error_file.h>
+#include <lockstep/parallel/fsdp/fsdp.h>
 #include <lockstep/parallel/ft/manager.h>
 
 #include <torch/torch.h>
@@ -85,6 +85,7 @@ torch::nn::Linear make_model() {
 
 std::vector<at::Tensor> grads(const std::vector<at::Tensor>& params) {
   std::vector<at::Tensor> g;
+  g.reserve(params.size());
   for (const auto& p : params) g.push_back(p.grad());
   return g;
 }
@@ -94,7 +95,7 @@ std::vector<at::Tensor> grads(const std::vector<at::Tensor>& params) {
 struct Fault {
   int victim = -1;
   int shard = 0;
-  int64_t at = 0;  // -1: any step
+  int64_t at = 0;     // -1: any step
   std::string point;  // forward | backward | allreduce | vote | optimizer | heal
   std::string kind;   // kill | stop | leave
 };
@@ -160,7 +161,7 @@ struct Replica {
     shard = ranks->rank();
     shards = ranks->size();
     fsdp = std::make_unique<lockstep::FullyShardedDataParallel<torch::nn::LinearImpl>>(model.ptr(),
-                                                                                        ranks);
+                                                                                       ranks);
   }
   std::vector<at::Tensor> params() const { return fsdp ? fsdp->parameters() : model->parameters(); }
   // Forward and backward on this rank's part of the replica's batch: all of it, or every

@@ -294,9 +294,10 @@ TEST(LaunchArgs, ReplicaSizeGroupsRanksIntoReplicas) {
   EXPECT_EQ(usage_error({"--replica-size", "2", "--nproc-per-node", "2", "./t"}),
             "lockstep-run: --replica-size groups ranks into replicas of a fault-tolerant job; "
             "add --fault-tolerant (a job without it has no replicas)");
-  EXPECT_EQ(usage_error({"--fault-tolerant", "--replica-size", "2", "--nproc-per-node", "3", "./t"}),
-            "lockstep-run: --replica-size 2 must divide --nproc-per-node 3: a replica's ranks run "
-            "on one node");
+  EXPECT_EQ(
+      usage_error({"--fault-tolerant", "--replica-size", "2", "--nproc-per-node", "3", "./t"}),
+      "lockstep-run: --replica-size 2 must divide --nproc-per-node 3: a replica's ranks run "
+      "on one node");
   EXPECT_EQ(usage_error({"--fault-tolerant", "--replica-size", "2", "--nproc-per-node", "4",
                          "--min-replicas", "3", "./t"}),
             "lockstep-run: --min-replicas 3 is more than the job's 2 replicas");

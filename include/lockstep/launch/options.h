@@ -36,7 +36,7 @@ struct LaunchOptions {
   // quorum service. --coordinator runs the quorum service alone, no PROGRAM.
   bool fault_tolerant = false;
   bool coordinator = false;
-  int min_replicas = 1;              // fewer replicas left: the job stops
+  int min_replicas = 1;  // fewer replicas left: the job stops
   // Ranks per replica (HSDP: one shard group; it must divide --nproc-per-node). Each
   // replica's ranks see RANK/WORLD_SIZE of their own small job and restart together.
   int replica_size = 1;

@@ -76,13 +76,12 @@ Manager::Manager(ManagerOptions options, StateFns state)
   }
   const int launched = std::atoi(env_or(env::kReplicaSize, "1").c_str());
   if (launched > 1 && shards_ != launched)
-    throw ConfigError(concat("fault tolerance: this replica was started as ", launched,
-                             " ranks (lockstep-run --replica-size ", launched,
-                             ") but the Manager was given ",
-                             options_.replica_group ? concat("a group of ", shards_)
-                                                    : std::string("no replica group"),
-                             ": pass the replica's own group (lockstep::init()) as "
-                             "ManagerOptions::replica_group"));
+    throw ConfigError(concat(
+        "fault tolerance: this replica was started as ", launched,
+        " ranks (lockstep-run --replica-size ", launched, ") but the Manager was given ",
+        options_.replica_group ? concat("a group of ", shards_) : std::string("no replica group"),
+        ": pass the replica's own group (lockstep::init()) as "
+        "ManagerOptions::replica_group"));
   step_ = options_.start_step;
   if (shard_ != 0) return;  // the replica's rank 0 speaks for it
   client_ = std::make_unique<QuorumClient>(options_.coordinator, options_.heartbeat);
@@ -306,7 +305,6 @@ bool Manager::should_commit() {
   }
   return commit;
 }
-
 
 // The service's decision on this replica's vote. HSDP: the replica votes ok only when each
 // of its ranks does, and its rank 0 passes the decision on.

@@ -367,8 +367,8 @@ void check_override_sections(const ConfigSchema& schema,
   for (const auto& o : overrides) {
     const std::string section = o.substr(0, o.find('.'));
     if (!schema.has_section(section))
-      throw ConfigError(kSetPrefix + o + ": unknown section '" + section +
-                        "' (sections: " + schema.sections() + ")");
+      throw ConfigError(detail::concat(kSetPrefix, o, ": unknown section '", section,
+                                       "' (sections: ", schema.sections(), ")"));
   }
 }
 
@@ -427,7 +427,7 @@ std::string read_config_file(const std::string& path) {
   if (!in) throw ConfigError(path + ": cannot read config file (permissions?)");
   std::stringstream ss;
   ss << in.rdbuf();  // sets ss's failbit for an empty file, which the check below reports
-  const std::string text = ss.str();
+  std::string text = ss.str();
   if (text.find('\0') != std::string::npos)
     throw ConfigError(path + ": is a binary file (it holds NUL bytes), not a TOML config" + hint);
   bool any = false;

@@ -92,8 +92,8 @@ class ReplicaLoop {
   Workload& workload_;
   const BatchPlan& plan_;
   const RunContext& ctx_;
-  const RunContext& replica_ctx_;  // the replica's ranks: what the checkpointer sees
-  int shards_ = 1, shard_ = 0;     // the replica's ranks, this one's index
+  const RunContext& replica_ctx_;      // the replica's ranks: what the checkpointer sees
+  int shards_ = 1, shard_ = 0;         // the replica's ranks, this one's index
   int replicas_ = 1, replica_id_ = 0;  // R launched, this one's
   std::shared_ptr<torch::nn::Module> model_;
   StepRunner& runner_;

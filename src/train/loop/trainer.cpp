@@ -152,7 +152,8 @@ void Trainer::Impl::join_replicas() {
     const char* v = std::getenv(name);
     return v && *v ? std::atoi(v) : fallback;
   };
-  const int shards = number(env::kReplicaSize, 1), replicas = number(env::kReplicas, env.world_size);
+  const int shards = number(env::kReplicaSize, 1),
+            replicas = number(env::kReplicas, env.world_size);
   if (cfg.strategy.kind == "ddp" && shards > 1)
     throw ConfigError(detail::concat(
         cfg.source, ": lockstep-run --replica-size ", shards, " makes replicas of ", shards,
@@ -179,8 +180,8 @@ void Trainer::Impl::join_replicas() {
         " but the job has ", replicas, " replicas; lower it or start more"));
   ctx.say(detail::concat("config ", cfg.source, ", workload ", cfg.run.workload, ", ", replicas,
                          " replica(s)", shards > 1 ? detail::concat(" of ", shards, " ranks") : "",
-                         ", fault tolerant (min ", cfg.fault_tolerance.min_replicas,
-                         "), strategy ", cfg.strategy.kind, strategy_detail()));
+                         ", fault tolerant (min ", cfg.fault_tolerance.min_replicas, "), strategy ",
+                         cfg.strategy.kind, strategy_detail()));
 }
 
 // Each replica makes sure of the data alone, one at a time (a lock file in run.out_dir):

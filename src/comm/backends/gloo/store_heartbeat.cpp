@@ -142,8 +142,8 @@ void StoreHeartbeat::linger_for_acks() {
 
 // The heartbeat thread: bump our counter, read the group's notice, check same-machine
 // peers and (rank 0) everyone's counters, every kPeriod until stopped.
-void StoreHeartbeat::run(std::shared_ptr<State> st, StorePtr store, int rank, int size,
-                         int store_host, ExternalNotice notice) {
+void StoreHeartbeat::run(std::shared_ptr<State> st, const StorePtr& store, int rank, int size,
+                         int store_host, const ExternalNotice& notice) {
   std::map<int, std::pair<int64_t, Clock::time_point>> seen;  // rank 0: last count, when
   bool published = false;
   try {

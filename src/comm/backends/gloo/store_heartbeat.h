@@ -71,8 +71,8 @@ class StoreHeartbeat {
     bool poll_now = false;  // failure_within() wants a round at once  // this rank counted itself
                             // under "acked" (it knows the failure)
   };
-  static void run(std::shared_ptr<State> st, StorePtr store, int rank, int size, int store_host,
-                  ExternalNotice notice);
+  static void run(std::shared_ptr<State> st, const StorePtr& store, int rank, int size,
+                  int store_host, const ExternalNotice& notice);
   static void record(State& st, PeerFailure f);
   // The job's rank 0 hosts the store: after a failure it keeps it up (bounded) until the others
   // have read the notice, or they would see only the store vanish and blame rank 0.

@@ -12,7 +12,7 @@
 namespace lockstep::comm {
 
 HierBackend::HierBackend(const HierLayout& layout, std::unique_ptr<Backend> intra,
-                         std::unique_ptr<Backend> inter, StorePtr store, std::string prefix)
+                         std::unique_ptr<Backend> inter, StorePtr store, const std::string& prefix)
     : lay_(layout),
       intra_(std::move(intra)),
       inter_(std::move(inter)),
@@ -177,7 +177,7 @@ void HierBackend::allgather(at::Tensor& out, const at::Tensor& in, const OpConte
   step(Hop::Inter, ctx, [&](Backend& b) {
     b.allgather(across, in, step_context(ctx, OpKind::Allgather, n, in.scalar_type()));
   });
-  at::Tensor inside = kept_buffer(scratch_[1], L * N * n, in.scalar_type());
+  at::Tensor inside = kept_buffer(scratch_[1], int64_t(L) * N * n, in.scalar_type());
   step(Hop::Intra, ctx, [&](Backend& b) {
     b.allgather(inside, across, step_context(ctx, OpKind::Allgather, N * n, in.scalar_type()));
   });
@@ -194,7 +194,7 @@ void HierBackend::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp
   if (N == 1 || L == 1)
     return step(N == 1 ? Hop::Intra : Hop::Inter, ctx,
                 [&](Backend& b) { b.reduce_scatter(out, in, op, ctx); });
-  at::Tensor local_major = kept_buffer(scratch_[0], L * N * n, in.scalar_type());
+  at::Tensor local_major = kept_buffer(scratch_[0], int64_t(L) * N * n, in.scalar_type());
   local_major.view({L, N, n}).copy_(in.view({N, L, n}).transpose(0, 1));
   at::Tensor mine = kept_buffer(scratch_[1], N * n, in.scalar_type());
   step(Hop::Intra, ctx, [&](Backend& b) {
@@ -215,16 +215,17 @@ void HierBackend::alltoall(at::Tensor& out, const at::Tensor& in, const OpContex
   if (N == 1 || L == 1)
     return step(N == 1 ? Hop::Intra : Hop::Inter, ctx,
                 [&](Backend& b) { b.alltoall(out, in, ctx); });
-  at::Tensor by_local = kept_buffer(scratch_[0], L * N * n, in.scalar_type());
+  at::Tensor by_local = kept_buffer(scratch_[0], int64_t(L) * N * n, in.scalar_type());
   by_local.view({L, N, n}).copy_(in.view({N, L, n}).transpose(0, 1));
-  at::Tensor from_node = kept_buffer(scratch_[1], L * N * n, in.scalar_type());
+  at::Tensor from_node = kept_buffer(scratch_[1], int64_t(L) * N * n, in.scalar_type());
   step(Hop::Intra, ctx, [&](Backend& b) {
     b.alltoall(from_node, by_local,
-               step_context(ctx, OpKind::Alltoall, L * N * n, in.scalar_type()));
+               step_context(ctx, OpKind::Alltoall, int64_t(L) * N * n, in.scalar_type()));
   });
   by_local.view({N, L, n}).copy_(from_node.view({L, N, n}).transpose(0, 1));
   step(Hop::Inter, ctx, [&](Backend& b) {
-    b.alltoall(out, by_local, step_context(ctx, OpKind::Alltoall, L * N * n, in.scalar_type()));
+    b.alltoall(out, by_local,
+               step_context(ctx, OpKind::Alltoall, int64_t(L) * N * n, in.scalar_type()));
   });
 }
 
@@ -240,14 +241,18 @@ std::pair<HierBackend::Hop, int> HierBackend::route(int rank, const char* op) co
 }
 
 void HierBackend::send(const at::Tensor& t, int dst, int tag, const OpContext& ctx) {
-  const auto [hop, peer] = route(dst, "send");
+  const auto route_to = route(dst, "send");
+  const Hop hop = route_to.first;
+  const int peer = route_to.second;
   OpContext inner = ctx;  // the inner group's errors name its own rank as the peer
   inner.desc.root = peer;
   step(hop, ctx, [&](Backend& b) { b.send(t, peer, tag, inner); });
 }
 
 void HierBackend::recv(at::Tensor& t, int src, int tag, const OpContext& ctx) {
-  const auto [hop, peer] = route(src, "receive");
+  const auto route_from = route(src, "receive");
+  const Hop hop = route_from.first;
+  const int peer = route_from.second;
   OpContext inner = ctx;
   inner.desc.root = peer;
   step(hop, ctx, [&](Backend& b) { b.recv(t, peer, tag, inner); });
@@ -310,8 +315,7 @@ std::unique_ptr<Backend> make_hier_backend(const StorePtr& store, const std::str
   else
     cross = make_gloo_backend(
         store, detail::concat(prefix, "cross", layout.local, "/"), across, timeout,
-        ExternalNotice{store, HierBackend::notice_key(prefix),
-                       HierBackend::notice_reason});
+        ExternalNotice{store, HierBackend::notice_key(prefix), HierBackend::notice_reason});
   return std::make_unique<HierBackend>(layout, std::move(intra), std::move(cross), store, prefix);
 }
 

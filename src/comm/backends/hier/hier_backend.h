@@ -56,7 +56,7 @@ class HierBackend final : public Backend {
 
   // `store`/`prefix`: where the failure notice goes (and is looked for).
   HierBackend(const HierLayout& layout, std::unique_ptr<Backend> intra,
-              std::unique_ptr<Backend> inter, StorePtr store, std::string prefix);
+              std::unique_ptr<Backend> inter, StorePtr store, const std::string& prefix);
   // Job rank 0 hosts the store: after a failure it keeps it up a moment (kLinger at most)
   // until the ranks of the other nodes have read the notice.
   ~HierBackend() override;
