@@ -19,6 +19,8 @@ tmp=$(mktemp -d); trap '[[ -n ${KEEP:-} ]] || rm -rf "$tmp"' EXIT
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=../lib/checks.sh
 source "$here/../lib/checks.sh"
+# shellcheck source=ft_lib.sh
+source "$here/ft_lib.sh"
 tally_tag="[hsdp $backend]"
 on_fail() {
   if [[ -n ${out:-} && -f $out && ${shown:-} != "$out" ]]; then
@@ -37,12 +39,6 @@ job() {
     "$@" "$prog" train "$dir" --hsdp --steps "$steps" --faults "$faults" >"$out" 2>&1
   rc=$?
   [[ $rc -eq 124 ]] && fail "$name: the job hung (killed by timeout after 120 s)"
-}
-
-first_commit_after() {
-  local death; death=$(cat "$1/death")
-  awk -v d="$death" '/^commits/ { for (i = 2; i <= NF; i++) if ($i > d) { printf "%.2f", $i - d; exit } }' \
-    "$1/replica_$2.txt"
 }
 
 # went_on NAME VICTIM LIMIT: as ft_test.sh's, and the victim's whole replica restarted and

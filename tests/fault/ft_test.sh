@@ -17,6 +17,8 @@ tmp=$(mktemp -d); trap '[[ -n ${KEEP:-} ]] || rm -rf "$tmp"' EXIT
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=../lib/checks.sh
 source "$here/../lib/checks.sh"
+# shellcheck source=ft_lib.sh
+source "$here/ft_lib.sh"
 tally_tag="[$backend]"
 on_fail() {
   if [[ -n ${out:-} && -f $out && ${shown:-} != "$out" ]]; then
@@ -39,12 +41,6 @@ job() {
   [[ $rc -eq 124 ]] && fail "$name: the job hung (killed by timeout after 120 s)"
 }
 
-# first_commit_after DIR REPLICA: seconds from DIR/death to that replica's next commit.
-first_commit_after() {
-  local death; death=$(cat "$1/death")
-  awk -v d="$death" '/^commits/ { for (i = 2; i <= NF; i++) if ($i > d) { printf "%.2f", $i - d; exit } }' \
-    "$1/replica_$2.txt"
-}
 
 # went_on NAME VICTIMS LIMIT: exit 0; each survivor committed within LIMIT s of the
 # failure; the replicas agree with each other and with the replay.

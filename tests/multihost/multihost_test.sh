@@ -3,7 +3,8 @@
 # and /dev/shm, tests/multihost/netns.sh), 2 ranks each, one `lockstep-run --nnodes N
 # --node-rank I --master-addr 10.77.0.1` per host, as on a real cluster.
 # usage: multihost_test.sh CASE NHOSTS BACKEND LOCKSTEP_RUN PROGRAM
-#   CASE: collectives | ddp | kill | partition | token | ft | ft_partition  (docs/multihost.md)
+#   CASE: collectives | ddp | kill | partition | token | ft | ft_points | ft_partition
+#         (docs/multihost.md)
 #   PROGRAM: collectives_check (collectives), ddp_equivalence (ddp), ft_program (ft*),
 #   fault_program (others)
 # Exit 77 (skipped) where namespaces cannot be made.
@@ -212,6 +213,35 @@ case $case_ in
       show 1
       show "$nhosts"
     fi
+    ft_check 300
+    ;;
+  ft_points)
+    # Fault-tolerant replicas across hosts, one job struck at each point of a step in turn:
+    # killed during the reduction (step 30), at the vote (60), in forward (90), and stopped
+    # in backward (120, never resumed: the others drop it and lockstep-run ends it once
+    # the job is done). Victims on every host, first and second local replicas alike. Each
+    # fault discards a step on the others, the killed ones heal, and every replica that
+    # finished is bit-identical and equal to the replay.
+    dir=$MH_DIR/ft
+    mkdir -p "$dir"
+    last=$(((nhosts - 1) * nproc))
+    launch_all 80 --fault-tolerant --max-restarts 3 "$prog" train "$dir" --steps 300 \
+      --faults "$last:30:allreduce:kill,$nproc:60:vote:kill,1:90:forward:kill,$((last + 1)):120:backward:stop"
+    wait_hosts $(all_hosts)
+    ft_hosts_ok
+    for s in 30 60 90 120; do
+      line=$(grep -m1 "replica 0 discarded step $s " "$MH_DIR/host1.out")
+      if [[ -n $line ]]; then pass "replica 0 discarded step $s: ${line:0:150}"
+      else fail "replica 0 did not discard step $s"; fi
+    done
+    healed=0
+    for v in "$last" "$nproc" 1; do
+      grep -qE "replica $v done: .* 1 heals" "$MH_DIR"/host*.out && healed=$((healed + 1))
+    done
+    if ((healed == 3)); then pass "the 3 killed replicas came back and healed"
+    else fail "$healed of the 3 killed replicas healed"; show 1; fi
+    check "lockstep-run ended the stopped replica once the job was done" \
+      grep -q "only stopped replicas are left" "$MH_DIR/host$nhosts.out"
     ft_check 300
     ;;
   ft_partition)

@@ -32,18 +32,6 @@ hsdp() {  # OUT [lockstep-run flags...] -- [trainer args...]
     "$TRAIN" "$CFG" --set run.out_dir="$W/$out" --set fault_tolerance.enable=true "${COMMON[@]}" \
     "$@" > "$out.log" 2>&1
 }
-crcs() { grep -o "parameters crc32 [0-9]*" "$1" | sort -u | awk '{print $3}' | tr '\n' ' '; }
-# follows A B [LOSS_TOL]: run B's final loss and AUC are A's within the tolerances.
-follows() {
-  python3 - "$1/summary.json" "$2/summary.json" "${3:-1e-5}" <<'PY' || fail "$2 does not follow $1"
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-dl = abs(a["final_loss"] - b["final_loss"]) / abs(a["final_loss"])
-da = abs(a["metrics"]["auc"] - b["metrics"]["auc"])
-print("final loss rel diff %.2e (tol %s), auc diff %.2e (tol 1e-4)" % (dl, sys.argv[3], da))
-assert dl < float(sys.argv[3]) and da < 1e-4
-PY
-}
 # same_replicas LOG NAME: three replicas finished, with the same parameters.
 same_replicas() {
   [[ $(grep -c "ended at step" "$1") == 3 && $(crcs "$1" | wc -w) == 1 ]] ||

@@ -34,20 +34,6 @@ ft() {  # OUT [lockstep-run flags...] -- [trainer args...]
     > "$out.log" 2>&1
 }
 
-# crcs LOG: the distinct parameter CRCs the replicas that finished printed (one line).
-crcs() { grep -o "parameters crc32 [0-9]*" "$1" | sort -u | awk '{print $3}' | tr '\n' ' '; }
-
-# follows A B: run B's final loss and AUC are A's within the tolerances above.
-follows() {
-  python3 - "$1/summary.json" "$2/summary.json" <<'PY' || fail "$2 does not follow $1"
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-dl = abs(a["final_loss"] - b["final_loss"]) / abs(a["final_loss"])
-da = abs(a["metrics"]["auc"] - b["metrics"]["auc"])
-print("final loss rel diff %.2e (tol 1e-5), auc diff %.2e (tol 1e-4)" % (dl, da))
-assert dl < 1e-5 and da < 1e-4
-PY
-}
 
 echo "== no faults: fault-tolerant replicas == DDP at 3 ranks, bit for bit"
 "$RUN" --nproc-per-node 3 --master-port 0 "$TRAIN" "$CFG" --set run.out_dir="$W/ddp" \

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Shared by the trainer's end-to-end tests (sourced; the shared shell libraries of the other
 # tests are in tests/lib/): failing (the first failure ends the test), reading summary.json,
-# checking the per-rank loss CSVs, and comparing a resumed run with an uninterrupted one.
+# checking the per-rank loss CSVs, comparing a resumed run with an uninterrupted one, and
+# the fault-tolerant runs' parameter CRCs and final figures.
 fail() { echo "FAIL: $*"; exit 1; }
 
 # summary FILE KEY: KEY of summary.json's top level, or metrics.KEY.
@@ -48,5 +49,22 @@ a, b = (json.load(open(p)) for p in sys.argv[1:3])
 get = lambda d, k: d["metrics"][k[8:]] if k.startswith("metrics.") else d[k]
 for k in sys.argv[3:]:
     print(k, get(a, k), get(b, k)); assert get(a, k) == get(b, k), k
+PY
+}
+
+# crcs LOG: the distinct parameter CRCs the replicas of a fault-tolerant run printed when
+# they finished (one line).
+crcs() { grep -o "parameters crc32 [0-9]*" "$1" | sort -u | awk '{print $3}' | tr '\n' ' '; }
+
+# follows A B [LOSS_TOL]: run B's final loss and AUC are A's within the tolerances (loss
+# relative, default 1e-5: the model computes its loss in float32; AUC 1e-4).
+follows() {
+  python3 - "$1/summary.json" "$2/summary.json" "${3:-1e-5}" <<'PY' || fail "$2 does not follow $1"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+dl = abs(a["final_loss"] - b["final_loss"]) / abs(a["final_loss"])
+da = abs(a["metrics"]["auc"] - b["metrics"]["auc"])
+print("final loss rel diff %.2e (tol %s), auc diff %.2e (tol 1e-4)" % (dl, sys.argv[3], da))
+assert dl < float(sys.argv[3]) and da < 1e-4
 PY
 }
