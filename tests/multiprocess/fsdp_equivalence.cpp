@@ -232,6 +232,21 @@ void memory_and_state_dict(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
           held == 4 * m.shard_bytes && held <= int64_t{32} * bound,
           std::to_string(held) + " bytes per rank, DDP: " + std::to_string(int64_t{32} * total));
     opt.zero_grad();
+    // The gathers and flat gradients of later steps reuse the blocks of the first two (the
+    // first step's gradient shard may stay the shard's .grad(), zeroed, through the second).
+    auto step = [&] {
+      torch::mse_loss(f(torch::randn({4, 6}, at::kDouble), 0), torch::zeros({4, 3}, at::kDouble))
+          .backward();
+      opt.step();
+      opt.zero_grad();
+    };
+    step();
+    const int64_t pooled = f.memory_stats().pool_bytes;
+    for (int s = 0; s < 3; ++s) step();
+    check("P=" + std::to_string(P) + " the buffer pool holds the same blocks after 3 more steps",
+          f.memory_stats().pool_bytes == pooled && pooled > 0,
+          std::to_string(pooled) + " then " + std::to_string(f.memory_stats().pool_bytes) +
+              " bytes");
   }
 
   torch::manual_seed(5);

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "buffer_pool.h"
 #include "flat_unit.h"
 
 namespace lockstep::fsdp {
@@ -86,7 +87,10 @@ void broadcast_in_chunks(const std::vector<at::Tensor>& state,
 
 FSDPCore::FSDPCore(std::shared_ptr<torch::nn::Module> root,
                    std::shared_ptr<comm::ProcessGroup> group, FSDPOptions options)
-    : root_(std::move(root)), group_(std::move(group)), options_(std::move(options)) {
+    : root_(std::move(root)),
+      group_(std::move(group)),
+      options_(std::move(options)),
+      pool_(std::make_unique<BufferPool>()) {
   LOCKSTEP_CHECK(root_ != nullptr, "FullyShardedDataParallel: null module");
   LOCKSTEP_CHECK(group_ != nullptr, "FullyShardedDataParallel: null process group");
   if (!options_.wrap_policy) options_.wrap_policy = wrap_all();
@@ -164,7 +168,7 @@ void FSDPCore::build_units(std::vector<Candidate> candidates, const std::vector<
     const int u = static_cast<int>(units_.size());
     units_.push_back(std::make_unique<FlatUnit>(
         s.c.name, std::move(s.names), std::move(s.params), *group_, options_.strategy,
-        options_.mixed_precision, options_.replicate_group.get()));
+        options_.mixed_precision, *pool_, options_.replicate_group.get()));
     hooks_.push_back(std::make_unique<UnitHooksImpl>(*this, u, s.c.wrapper));
   }
   std::vector<std::string> root_names;
@@ -179,7 +183,7 @@ void FSDPCore::build_units(std::vector<Candidate> candidates, const std::vector<
     root_unit_ = static_cast<int>(units_.size());
     units_.push_back(std::make_unique<FlatUnit>(
         "", std::move(root_names), std::move(root_params), *group_, options_.strategy,
-        options_.mixed_precision, options_.replicate_group.get()));
+        options_.mixed_precision, *pool_, options_.replicate_group.get()));
   }
   install_grad_hooks();
   ready_.assign(units_.size(), false);
@@ -393,6 +397,7 @@ MemoryStats FSDPCore::memory_stats() const {
     if (s.grad().defined())
       m.grad_bytes += s.grad().numel() * static_cast<int64_t>(s.grad().element_size());
   }
+  m.pool_bytes = pool_->held_bytes();
   return m;
 }
 

@@ -13,12 +13,13 @@ namespace lockstep::fsdp {
 
 FlatUnit::FlatUnit(std::string name, std::vector<std::string> param_names,
                    std::vector<at::Tensor> params, comm::ProcessGroup& group,
-                   ShardingStrategy strategy, const MixedPrecision& mp,
+                   ShardingStrategy strategy, const MixedPrecision& mp, BufferPool& pool,
                    comm::ProcessGroup* replicate)
     : name_(std::move(name)),
       names_(std::move(param_names)),
       params_(std::move(params)),
       group_(group),
+      pool_(pool),
       replicate_(replicate),
       strategy_(strategy) {
   LOCKSTEP_CHECK(!params_.empty(), "FSDP unit '", name_, "' has no parameters");
@@ -86,7 +87,7 @@ void FlatUnit::release_summoned() {
   summoned_master_ = at::Tensor();
 }
 
-void FlatUnit::set_storage_bytes(int64_t bytes) { compat::resize_storage_bytes(full_, bytes); }
+void FlatUnit::set_storage_bytes(int64_t bytes) { pool_.set_storage(full_, bytes); }
 
 int64_t FlatUnit::gathered_bytes() const { return static_cast<int64_t>(full_.storage().nbytes()); }
 
@@ -133,8 +134,7 @@ bool FlatUnit::param_grad_ready(size_t i) {
   auto& p = params_[i];
   at::Tensor& g = p.mutable_grad();
   if (g.defined()) {
-    if (!grad_full_.defined())
-      grad_full_ = at::zeros({padded_}, full_.options().dtype(reduce_dtype_));
+    if (!grad_full_.defined()) grad_full_ = zeroed_grad_buffer();
     at::NoGradGuard no_grad;
     grad_full_.narrow(0, offsets_[i], p.numel()).view(p.sizes()).add_(g);
     g = at::Tensor();  // the full gradient lives on only in the flat buffer
@@ -142,12 +142,16 @@ bool FlatUnit::param_grad_ready(size_t i) {
   return ++arrived_grads_ == expected_grads_;
 }
 
+at::Tensor FlatUnit::zeroed_grad_buffer() {
+  at::NoGradGuard no_grad;
+  return pool_.empty(padded_, full_.options().dtype(reduce_dtype_)).zero_();
+}
+
 void FlatUnit::begin_reduce() {
   LOCKSTEP_CHECK(reduce_work_ == nullptr, "FSDP unit '", name_, "': reduction launched twice");
-  if (!grad_full_.defined())
-    grad_full_ = at::zeros({padded_}, full_.options().dtype(reduce_dtype_));
+  if (!grad_full_.defined()) grad_full_ = zeroed_grad_buffer();
   if (sharded()) {
-    grad_shard_ = at::empty({shard_numel_}, grad_full_.options());
+    grad_shard_ = pool_.empty(shard_numel_, grad_full_.options());
     reduce_work_ =
         group_.reduce_scatter(grad_shard_, grad_full_, {comm::ReduceOp::Avg, comm::Millis(0)});
   } else {

@@ -13,6 +13,9 @@
 // copies it into a flat gradient buffer and drops it, and once all have arrived (or at the
 // end of backward) reduce-scatters the buffer (average) into the shard's .grad().
 //
+// The gathered parameters' memory and the flat gradient buffers come from the FSDP
+// object's BufferPool (buffer_pool.h): the same blocks every step, no heap fragmentation.
+//
 // Mixed precision: `full` and the parameters are in param_dtype, the shard (the master)
 // keeps the parameters' own dtype; gathers cast the shard first, gradients are reduced in
 // reduce_dtype and cast to the master's dtype. Under NoShard `full` is then a cast copy of
@@ -20,6 +23,8 @@
 #pragma once
 #include <lockstep/comm/process_group.h>
 #include <lockstep/parallel/fsdp/options.h>
+
+#include "buffer_pool.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -32,7 +37,7 @@ class FlatUnit {
  public:
   FlatUnit(std::string name, std::vector<std::string> param_names, std::vector<at::Tensor> params,
            comm::ProcessGroup& group, ShardingStrategy strategy, const MixedPrecision& mp,
-           comm::ProcessGroup* replicate = nullptr);
+           BufferPool& pool, comm::ProcessGroup* replicate = nullptr);
 
   const std::string& name() const { return name_; }
   const std::vector<std::string>& param_names() const { return names_; }
@@ -70,11 +75,13 @@ class FlatUnit {
  private:
   enum class State { Free, Gathering, Gathered };
   void set_storage_bytes(int64_t bytes);
+  at::Tensor zeroed_grad_buffer();  // [padded] in reduce_dtype, from the pool
 
   const std::string name_;
   const std::vector<std::string> names_;
   const std::vector<at::Tensor> params_;
   comm::ProcessGroup& group_;
+  BufferPool& pool_;  // the gathered parameters' and the flat gradients' memory
   comm::ProcessGroup* const replicate_;  // HybridShard: gradients are averaged across it too
   const ShardingStrategy strategy_;
   std::vector<int64_t> offsets_;

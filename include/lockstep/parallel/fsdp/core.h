@@ -18,6 +18,7 @@
 
 namespace lockstep::fsdp {
 
+class BufferPool;
 class FlatUnit;
 class UnitHooksImpl;
 
@@ -26,6 +27,7 @@ struct MemoryStats {
   int64_t shard_bytes = 0;     // the optimizer's parameters: the local shards
   int64_t gathered_bytes = 0;  // full parameters currently gathered (all units)
   int64_t grad_bytes = 0;      // gradients of the local shards
+  int64_t pool_bytes = 0;      // the kept gather and flat-gradient buffers, in use or free
 };
 
 class FSDPCore {
@@ -140,6 +142,7 @@ class FSDPCore {
   std::shared_ptr<comm::ProcessGroup> group_;
   FSDPOptions options_;
   int64_t num_params_ = 0;  // parameter names when wrapped (a later change is an error)
+  std::unique_ptr<BufferPool> pool_;  // the units' gather and flat-gradient buffers
   std::vector<std::unique_ptr<FlatUnit>> units_;  // wrapped units in model order, then the root
   int root_unit_ = -1;                            // -1: every parameter is in a wrapped unit
   std::vector<std::unique_ptr<UnitHooksImpl>> hooks_;
