@@ -27,6 +27,8 @@
 
 #include <torch/torch.h>
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -159,7 +161,11 @@ void report_times(int me, const std::vector<StepTimes>& times) {
 void report_memory(ProcessGroup& g, const Measured& m, const ProcMemory& base, int64_t tensor_start,
                    int64_t shared_bytes) {
   const ProcMemory end = read_proc_memory();
+  const struct mallinfo2 heap = mallinfo2();  // what malloc holds: in use, and free inside
   const std::map<std::string, double> mem{{"rss_base", double(base.rss)},
+                                          {"heap_used", double(heap.uordblks)},
+                                          {"heap_free", double(heap.fordblks)},
+                                          {"heap_mmapped", double(heap.hblkhd)},
                                           {"rss_peak", double(end.hwm)},
                                           {"vmdata_base", double(base.data)},
                                           {"vmdata_end", double(end.data)},
