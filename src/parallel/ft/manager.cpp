@@ -28,13 +28,14 @@ std::string env_or(const char* name, const std::string& fallback) {
 
 constexpr int kHealTag = 7301;
 
-// The replica's rank 0 sends `text` to its other ranks (HSDP). A failure here is a rank of
-// the replica lost: the replica's end, not the step's.
+// HSDP: a collective inside the replica failed, so one of its ranks is lost: the replica's
+// end, not the step's.
 [[noreturn]] void replica_lost(const std::exception& e) {
   throw Error(concat("fault tolerance: this replica lost one of its ranks (", e.what(),
                      "); lockstep-run restarts the replica's ranks together"));
 }
 
+// HSDP: the replica's rank 0 sends `text` to its other ranks.
 void share_in_replica(comm::ProcessGroup& g, std::string& text) {
   try {
     at::Tensor size = at::full({1}, int64_t(text.size()), at::kLong);
