@@ -19,7 +19,6 @@
 #pragma once
 
 #include <ATen/autocast_mode.h>
-#include <ATen/native/Resize.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -96,12 +95,6 @@ inline void queue_end_of_backward_callback(std::function<void()> fn) {
   torch::autograd::Engine::get_default_engine().queue_callback(std::move(fn));
 }
 
-// Resizes the storage under `t` (and every view of it) to `bytes` in place: the same
-// StorageImpl gets a new allocation (the first min(old, new) bytes copied), so tensors
-// that share it see the new memory. 0 frees it. CPU tensors only.
-inline void resize_storage_bytes(const at::Tensor& t, int64_t bytes) {
-  at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), static_cast<size_t>(bytes));
-}
 
 // The key of `param`'s entry in an optimizer's state map (torch::optim::Optimizer::state_,
 // passed as `state`): 1.13 keys it by the TensorImpl's address printed into a string (what

@@ -232,8 +232,10 @@ void memory_and_state_dict(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
           held == 4 * m.shard_bytes && held <= int64_t{32} * bound,
           std::to_string(held) + " bytes per rank, DDP: " + std::to_string(int64_t{32} * total));
     opt.zero_grad();
-    // The gathers and flat gradients of later steps reuse the blocks of the first two (the
-    // first step's gradient shard may stay the shard's .grad(), zeroed, through the second).
+    // The gathers and flat gradients of later steps reuse the blocks of the first two: the
+    // pool does not grow with the steps. (How many blocks are in flight at once depends on
+    // when the comm thread lets go of one, so a later step may add a block or two; without
+    // reuse, every step would add them all.)
     auto step = [&] {
       torch::mse_loss(f(torch::randn({4, 6}, at::kDouble), 0), torch::zeros({4, 3}, at::kDouble))
           .backward();
@@ -242,9 +244,9 @@ void memory_and_state_dict(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
     };
     step();
     const int64_t pooled = f.memory_stats().pool_bytes;
-    for (int s = 0; s < 3; ++s) step();
-    check("P=" + std::to_string(P) + " the buffer pool holds the same blocks after 3 more steps",
-          f.memory_stats().pool_bytes == pooled && pooled > 0,
+    for (int s = 0; s < 8; ++s) step();
+    check("P=" + std::to_string(P) + " the buffer pool does not grow with the steps (8 more)",
+          pooled > 0 && f.memory_stats().pool_bytes < 2 * pooled,
           std::to_string(pooled) + " then " + std::to_string(f.memory_stats().pool_bytes) +
               " bytes");
   }
