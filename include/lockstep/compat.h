@@ -95,7 +95,6 @@ inline void queue_end_of_backward_callback(std::function<void()> fn) {
   torch::autograd::Engine::get_default_engine().queue_callback(std::move(fn));
 }
 
-
 // The key of `param`'s entry in an optimizer's state map (torch::optim::Optimizer::state_,
 // passed as `state`): 1.13 keys it by the TensorImpl's address printed into a string (what
 // its c10::guts::to_string gave; 2.x has no such function), 2.x by the address itself.

@@ -245,10 +245,10 @@ void memory_and_state_dict(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
     step();
     const int64_t pooled = f.memory_stats().pool_bytes;
     for (int s = 0; s < 8; ++s) step();
-    check("P=" + std::to_string(P) + " the buffer pool does not grow with the steps (8 more)",
-          pooled > 0 && f.memory_stats().pool_bytes < 2 * pooled,
-          std::to_string(pooled) + " then " + std::to_string(f.memory_stats().pool_bytes) +
-              " bytes");
+    check(
+        "P=" + std::to_string(P) + " the buffer pool does not grow with the steps (8 more)",
+        pooled > 0 && f.memory_stats().pool_bytes < 2 * pooled,
+        std::to_string(pooled) + " then " + std::to_string(f.memory_stats().pool_bytes) + " bytes");
   }
 
   torch::manual_seed(5);

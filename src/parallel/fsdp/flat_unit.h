@@ -81,7 +81,7 @@ class FlatUnit {
   const std::vector<std::string> names_;
   const std::vector<at::Tensor> params_;
   comm::ProcessGroup& group_;
-  BufferPool& pool_;  // the gathered parameters' and the flat gradients' memory
+  BufferPool& pool_;                     // the gathered parameters' and the flat gradients' memory
   comm::ProcessGroup* const replicate_;  // HybridShard: gradients are averaged across it too
   const ShardingStrategy strategy_;
   std::vector<int64_t> offsets_;

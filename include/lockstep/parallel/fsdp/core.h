@@ -141,7 +141,7 @@ class FSDPCore {
   std::shared_ptr<torch::nn::Module> root_;
   std::shared_ptr<comm::ProcessGroup> group_;
   FSDPOptions options_;
-  int64_t num_params_ = 0;  // parameter names when wrapped (a later change is an error)
+  int64_t num_params_ = 0;            // parameter names when wrapped (a later change is an error)
   std::unique_ptr<BufferPool> pool_;  // the units' gather and flat-gradient buffers
   std::vector<std::unique_ptr<FlatUnit>> units_;  // wrapped units in model order, then the root
   int root_unit_ = -1;                            // -1: every parameter is in a wrapped unit
