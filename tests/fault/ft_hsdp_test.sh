@@ -22,24 +22,13 @@ source "$here/../lib/checks.sh"
 # shellcheck source=ft_lib.sh
 source "$here/ft_lib.sh"
 tally_tag="[hsdp $backend]"
-on_fail() {
-  if [[ -n ${out:-} && -f $out && ${shown:-} != "$out" ]]; then
-    sed 's/^/    | /' "$out" | tail -40; shown=$out
-  fi
-}
 
-# job NAME FAULTS [LOCKSTEP-RUN FLAGS...]: sets $out, $dir and $rc.
+# Jobs (ft_lib.sh's job) of 3 replicas of 2 ranks, 150 steps.
+# shellcheck disable=SC2034  # read by ft_lib.sh's job
+layout=(--replica-size 2 --nproc-per-node 6)
+# shellcheck disable=SC2034
+train_flags=(--hsdp)
 steps=150
-job() {
-  local name=$1 faults=$2
-  shift 2
-  dir=$tmp/$name; out=$tmp/$name.out
-  mkdir -p "$dir"
-  timeout 120 "$run" --fault-tolerant --replica-size 2 --nproc-per-node 6 --grace-seconds 2 \
-    "$@" "$prog" train "$dir" --hsdp --steps "$steps" --faults "$faults" >"$out" 2>&1
-  rc=$?
-  [[ $rc -eq 124 ]] && fail "$name: the job hung (killed by timeout after 120 s)"
-}
 
 # went_on NAME VICTIM LIMIT: as ft_test.sh's, and the victim's whole replica restarted and
 # healed, each of its two ranks once.

@@ -20,26 +20,14 @@ source "$here/../lib/checks.sh"
 # shellcheck source=ft_lib.sh
 source "$here/ft_lib.sh"
 tally_tag="[$backend]"
-on_fail() {
-  if [[ -n ${out:-} && -f $out && ${shown:-} != "$out" ]]; then
-    sed 's/^/    | /' "$out" | tail -40; shown=$out
-  fi
-}
 
-# job NAME FAULTS [LOCKSTEP-RUN FLAGS...]: one $steps-step job (about 20 ms a step: time
-# for a restarted replica to start and join before the others finish, even on a loaded
-# host); sets $out, $dir and $rc.
+# Jobs (ft_lib.sh's job) of 3 one-rank replicas, 200 steps (about 20 ms a step: time for a
+# restarted replica to start and join before the others finish, even on a loaded host).
+# shellcheck disable=SC2034  # read by ft_lib.sh's job
+layout=(--nproc-per-node 3)
+# shellcheck disable=SC2034
+train_flags=()
 steps=200
-job() {
-  local name=$1 faults=$2
-  shift 2
-  dir=$tmp/$name; out=$tmp/$name.out
-  mkdir -p "$dir"
-  timeout 120 "$run" --fault-tolerant --nproc-per-node 3 --grace-seconds 2 "$@" \
-    "$prog" train "$dir" --steps "$steps" --faults "$faults" >"$out" 2>&1
-  rc=$?
-  [[ $rc -eq 124 ]] && fail "$name: the job hung (killed by timeout after 120 s)"
-}
 
 
 # went_on NAME VICTIMS LIMIT: exit 0; each survivor committed within LIMIT s of the
