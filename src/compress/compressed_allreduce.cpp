@@ -1,6 +1,7 @@
 // QSGD scatter-reduce-allgather (see compressed_allreduce.h for the algorithm and contract).
 #include <lockstep/compress/compressed_allreduce.h>
 
+#include "compress/float_io.h"
 #include "compress/progress_thread.h"
 
 #include <ATen/ATen.h>
@@ -36,24 +37,6 @@ class PhaseClock {
   double& acc_;
   std::chrono::steady_clock::time_point t0_;
 };
-
-// dtype <-> float32 for the owner's accumulator.
-void load_float(const at::Tensor& flat, int64_t off, int64_t n, float* out) {
-  switch (flat.scalar_type()) {
-    case at::kFloat:
-      std::memcpy(out, flat.data_ptr<float>() + off, size_t(n) * 4);
-      break;
-    case at::kBFloat16: {
-      const c10::BFloat16* p = flat.data_ptr<c10::BFloat16>() + off;
-      for (int64_t i = 0; i < n; ++i) out[i] = float(p[i]);
-      break;
-    }
-    default: {
-      const c10::Half* p = flat.data_ptr<c10::Half>() + off;
-      for (int64_t i = 0; i < n; ++i) out[i] = float(p[i]);
-    }
-  }
-}
 
 void ensure_bytes(at::Tensor& t, int64_t n) {
   if (!t.defined() || t.numel() != n) t = at::zeros({n}, at::TensorOptions().dtype(at::kByte));

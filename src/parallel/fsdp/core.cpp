@@ -168,7 +168,8 @@ void FSDPCore::build_units(std::vector<Candidate> candidates, const std::vector<
     const int u = static_cast<int>(units_.size());
     units_.push_back(std::make_unique<FlatUnit>(
         s.c.name, std::move(s.names), std::move(s.params), *group_, options_.strategy,
-        options_.mixed_precision, *pool_, options_.replicate_group.get()));
+        options_.mixed_precision, *pool_, options_.replicate_group.get(),
+        options_.compression));
     hooks_.push_back(std::make_unique<UnitHooksImpl>(*this, u, s.c.wrapper));
   }
   std::vector<std::string> root_names;
@@ -183,7 +184,8 @@ void FSDPCore::build_units(std::vector<Candidate> candidates, const std::vector<
     root_unit_ = static_cast<int>(units_.size());
     units_.push_back(std::make_unique<FlatUnit>(
         "", std::move(root_names), std::move(root_params), *group_, options_.strategy,
-        options_.mixed_precision, *pool_, options_.replicate_group.get()));
+        options_.mixed_precision, *pool_, options_.replicate_group.get(),
+        options_.compression));
   }
   install_grad_hooks();
   ready_.assign(units_.size(), false);

@@ -14,7 +14,7 @@ namespace lockstep::fsdp {
 FlatUnit::FlatUnit(std::string name, std::vector<std::string> param_names,
                    std::vector<at::Tensor> params, comm::ProcessGroup& group,
                    ShardingStrategy strategy, const MixedPrecision& mp, BufferPool& pool,
-                   comm::ProcessGroup* replicate)
+                   comm::ProcessGroup* replicate, const Compression& compression)
     : name_(std::move(name)),
       names_(std::move(param_names)),
       params_(std::move(params)),
@@ -59,6 +59,35 @@ FlatUnit::FlatUnit(std::string name, std::vector<std::string> param_names,
     shard_ = cast_ ? master : full_.detach();
   free_full();
   shard_.requires_grad_(true);
+  make_codecs(compression, param_dtype);
+}
+
+void FlatUnit::make_codecs(const Compression& cz, at::ScalarType param_dtype) {
+  if (!sharded() || !cz.enabled() || group_.size() == 1 || (cz.units && !cz.units(name_))) return;
+  std::vector<compress::LayerSpan> layers;
+  for (size_t i = 0; i < params_.size(); ++i)
+    layers.push_back({names_[i], offsets_[i], params_[i].numel()});
+  auto check = [&](const char* key, at::ScalarType dt, const char* which) {
+    if (dt != at::kFloat && dt != at::kBFloat16 && dt != at::kHalf)
+      throw InvalidArgument(detail::concat(
+          "FSDP compression.", key, " needs a ", which, " dtype of float32, bfloat16 or float16; unit '",
+          name_, "' has ", comm::dtype_name(dt), " (set MixedPrecision::", which,
+          "_dtype, or leave ", key, " at 0)"));
+  };
+  compress::QsgdOptions o = cz.codec;
+  if (cz.gather_bits != 0) {
+    check("gather_bits", param_dtype, "param");
+    check("gather_bits", shard_.scalar_type(), "param");  // the master is what is encoded
+    o.bits = cz.gather_bits;
+    qgather_ = std::make_unique<compress::QuantizedAllgather>(o, layers, shard_numel_, group_.size());
+  }
+  if (cz.reduce_bits != 0) {
+    check("reduce_bits", reduce_dtype_, "reduce");
+    o.bits = cz.reduce_bits;
+    o.stochastic = true;
+    qreduce_ = std::make_unique<compress::CompressedReduceScatter>(o, std::move(layers),
+                                                                   shard_numel_, group_.size());
+  }
 }
 
 void FlatUnit::point_params_at(const at::Tensor& flat) {
@@ -100,8 +129,13 @@ void FlatUnit::begin_gather() {
     return;
   }
   set_storage_bytes(padded_ * static_cast<int64_t>(full_.element_size()));
-  gather_in_ = cast_ ? shard_.detach().to(full_.scalar_type()) : shard_.detach();
-  gather_work_ = group_.allgather(full_, gather_in_);
+  if (qgather_) {  // the master shard itself is encoded, whatever param_dtype is
+    gather_in_ = shard_.detach();
+    gather_work_ = qgather_->run_async(group_, full_, gather_in_);
+  } else {
+    gather_in_ = cast_ ? shard_.detach().to(full_.scalar_type()) : shard_.detach();
+    gather_work_ = group_.allgather(full_, gather_in_);
+  }
   state_ = State::Gathering;
 }
 
@@ -153,7 +187,8 @@ void FlatUnit::begin_reduce() {
   if (sharded()) {
     grad_shard_ = pool_.empty(shard_numel_, grad_full_.options());
     reduce_work_ =
-        group_.reduce_scatter(grad_shard_, grad_full_, {comm::ReduceOp::Avg, comm::Millis(0)});
+        qreduce_ ? qreduce_->run_async(group_, grad_shard_, grad_full_, /*average=*/true)
+                 : group_.reduce_scatter(grad_shard_, grad_full_, {comm::ReduceOp::Avg, comm::Millis(0)});
   } else {
     grad_shard_ = grad_full_;
     reduce_work_ = group_.allreduce(grad_shard_, {comm::ReduceOp::Avg, comm::Millis(0)});

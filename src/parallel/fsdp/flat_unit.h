@@ -16,12 +16,19 @@
 // The gathered parameters' memory and the flat gradient buffers come from the FSDP
 // object's BufferPool (buffer_pool.h): the same blocks every step, no heap fragmentation.
 //
+// Compression (FSDPOptions::compression, sharded strategies only): the gather sends the
+// shard quantized (compress::QuantizedAllgather) and the reduction goes through the QSGD
+// reduce-scatter (compress::CompressedReduceScatter); a non-finite gradient stays in the
+// shard's gradient as NaN, as with the plain reduce-scatter, for the scaler or the guard.
+//
 // Mixed precision: `full` and the parameters are in param_dtype, the shard (the master)
 // keeps the parameters' own dtype; gathers cast the shard first, gradients are reduced in
 // reduce_dtype and cast to the master's dtype. Under NoShard `full` is then a cast copy of
 // the shard, refreshed at each gather.
 #pragma once
 #include <lockstep/comm/process_group.h>
+#include <lockstep/compress/compressed_reduce_scatter.h>
+#include <lockstep/compress/quantized_allgather.h>
 #include <lockstep/parallel/fsdp/options.h>
 
 #include "buffer_pool.h"
@@ -37,7 +44,8 @@ class FlatUnit {
  public:
   FlatUnit(std::string name, std::vector<std::string> param_names, std::vector<at::Tensor> params,
            comm::ProcessGroup& group, ShardingStrategy strategy, const MixedPrecision& mp,
-           BufferPool& pool, comm::ProcessGroup* replicate = nullptr);
+           BufferPool& pool, comm::ProcessGroup* replicate = nullptr,
+           const Compression& compression = {});
 
   const std::string& name() const { return name_; }
   const std::vector<std::string>& param_names() const { return names_; }
@@ -96,6 +104,9 @@ class FlatUnit {
   at::Tensor gather_in_;        // the cast shard an all-gather reads from
   at::Tensor summoned_master_;  // summon() under mixed precision: the full master values
   void point_params_at(const at::Tensor& flat);
+  void make_codecs(const Compression& cz, at::ScalarType param_dtype);
+  std::unique_ptr<compress::QuantizedAllgather> qgather_;      // gather_bits
+  std::unique_ptr<compress::CompressedReduceScatter> qreduce_;  // reduce_bits
   State state_ = State::Gathered;
   comm::WorkPtr gather_work_;
 

@@ -1,5 +1,7 @@
 // lockstep/parallel/fsdp/options.h: how FullyShardedDataParallel shards, wraps and prefetches.
 #pragma once
+#include <lockstep/compress/policy.h>
+
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
@@ -55,6 +57,27 @@ struct MixedPrecision {
                                                // statistics stay fp32)
 };
 
+// Compressed traffic, after DeepSpeed's ZeRO++ (docs/fsdp.md, "Compressed traffic"). Off by
+// default; only sharded strategies gather and reduce-scatter, so NoShard ignores it.
+struct Compression {
+  // Quantized weight all-gather (qwZ): each gather sends the shard in this many bits (8, or
+  // 4; 1..8), min/max buckets, round to nearest: every rank decodes the same parameters, the
+  // master shard stays exact. 0: gathered in param_dtype. Error per value <= half the
+  // bucket's range / (2^bits - 1) (compress/quantized_allgather.h).
+  int gather_bits = 0;
+  // Quantized gradient reduce-scatter (qgZ): the QSGD codec, stochastic and unbiased, 1..8
+  // bits (4 is the usual); on hier only the bytes between nodes are quantized
+  // (compress/compressed_reduce_scatter.h). 0: reduced in reduce_dtype.
+  int reduce_bits = 0;
+  // The codec's other settings: bucket_size, min_layer and exclude (layers sent as float32),
+  // seed, across_nodes_only. `bits` and `stochastic` are set from the fields above.
+  compress::QsgdOptions codec;
+  // Which units compress, by name ("layers.3"; "" is the root unit). Empty: every unit.
+  std::function<bool(const std::string& unit)> units;
+
+  bool enabled() const { return gather_bits != 0 || reduce_bits != 0; }
+};
+
 struct FSDPOptions {
   ShardingStrategy strategy = ShardingStrategy::FullShard;
   WrapPolicy wrap_policy;  // empty: wrap_all()
@@ -70,6 +93,7 @@ struct FSDPOptions {
   // Gather the next unit (in the previous iteration's forward order) while the current
   // unit computes its forward.
   bool forward_prefetch = false;
+  Compression compression;
 };
 
 }  // namespace lockstep::fsdp
