@@ -79,9 +79,10 @@ void CompressedReduceScatter::finish() {
   if (bad_ < 0) return;
   const std::string layer = plan_->layer_at(bad_);
   throw NonFiniteGradient(
-      layer, detail::concat("non-finite gradient (NaN or Inf) in layer '", layer,
-                            "' (element ", bad_, " of the flat buffer) met by the compressed "
-                            "reduce-scatter; the step's gradients are not usable"));
+      layer,
+      detail::concat("non-finite gradient (NaN or Inf) in layer '", layer, "' (element ", bad_,
+                     " of the flat buffer) met by the compressed "
+                     "reduce-scatter; the step's gradients are not usable"));
 }
 
 void CompressedReduceScatter::run(comm::ProcessGroup& group, at::Tensor out, at::Tensor in,
@@ -111,7 +112,8 @@ int64_t CompressedReduceScatter::flat(comm::Backend& be, const comm::OpContext& 
   load_float(in, me * n_, n_, acc_.data());
   int64_t bad = -1;
   if (!all_finite(acc_.data(), n_)) {
-    const auto it = std::find_if(acc_.begin(), acc_.end(), [](float v) { return !std::isfinite(v); });
+    const auto it =
+        std::find_if(acc_.begin(), acc_.end(), [](float v) { return !std::isfinite(v); });
     bad = plan.part_start(me) + (it - acc_.begin());
   }
   if (P > 1) {
@@ -163,14 +165,17 @@ void CompressedReduceScatter::levels(comm::Backend& node, comm::Backend& across,
   }
   for (int p = 0; p < N; ++p)
     for (int j = 0; j < L; ++j)
-      perm_.narrow(0, (int64_t(j) * N + p) * n_, n_).copy_(in.narrow(0, (int64_t(p) * L + j) * n_, n_));
+      perm_.narrow(0, (int64_t(j) * N + p) * n_, n_)
+          .copy_(in.narrow(0, (int64_t(p) * L + j) * n_, n_));
   node.reduce_scatter(share_, perm_, comm::ReduceOp::Sum,
                       comm::step_context(ctx, comm::OpKind::ReduceScatter, world_ * n_, dt));
   bytes_sent_ = int64_t(L - 1) * N * n_ * int64_t(in.element_size());
-  int64_t bad = flat(across, ctx, *share_plan_, share_opts_, out, share_, average ? N * L : 1, step);
+  int64_t bad =
+      flat(across, ctx, *share_plan_, share_opts_, out, share_, average ? N * L : 1, step);
   // Agreed on inside the node: each local rank saw only the values of its own parts.
   at::Tensor f = at::full({1}, bad < 0 ? kNone : bad, at::kLong);
-  node.allreduce(f, comm::ReduceOp::Min, comm::step_context(ctx, comm::OpKind::Allreduce, 1, at::kLong));
+  node.allreduce(f, comm::ReduceOp::Min,
+                 comm::step_context(ctx, comm::OpKind::Allreduce, 1, at::kLong));
   bad = f.item<int64_t>();
   bad_ = bad == kNone ? -1 : bad;
 }

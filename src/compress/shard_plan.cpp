@@ -91,7 +91,8 @@ int64_t ShardPlan::encode(int p, const at::Tensor& buf, int64_t at, const CodecO
       load_float(buf, at + s.offset, s.numel, reinterpret_cast<float*>(out));
       if (bad < 0 && !all_finite(reinterpret_cast<const float*>(out), s.numel)) {
         const float* f = reinterpret_cast<const float*>(out);
-        bad = origin + (std::find_if(f, f + s.numel, [](float v) { return !std::isfinite(v); }) - f);
+        bad =
+            origin + (std::find_if(f, f + s.numel, [](float v) { return !std::isfinite(v); }) - f);
       }
       out += 4 * s.numel;
     }

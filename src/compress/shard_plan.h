@@ -67,5 +67,4 @@ class ShardPlan {
   std::vector<int64_t> bytes_;
 };
 
-
 }  // namespace lockstep::compress

@@ -70,16 +70,17 @@ void FlatUnit::make_codecs(const Compression& cz, at::ScalarType param_dtype) {
   auto check = [&](const char* key, at::ScalarType dt, const char* which) {
     if (dt != at::kFloat && dt != at::kBFloat16 && dt != at::kHalf)
       throw InvalidArgument(detail::concat(
-          "FSDP compression.", key, " needs a ", which, " dtype of float32, bfloat16 or float16; unit '",
-          name_, "' has ", comm::dtype_name(dt), " (set MixedPrecision::", which,
-          "_dtype, or leave ", key, " at 0)"));
+          "FSDP compression.", key, " needs a ", which,
+          " dtype of float32, bfloat16 or float16; unit '", name_, "' has ", comm::dtype_name(dt),
+          " (set MixedPrecision::", which, "_dtype, or leave ", key, " at 0)"));
   };
   compress::QsgdOptions o = cz.codec;
   if (cz.gather_bits != 0) {
     check("gather_bits", param_dtype, "param");
     check("gather_bits", shard_.scalar_type(), "param");  // the master is what is encoded
     o.bits = cz.gather_bits;
-    qgather_ = std::make_unique<compress::QuantizedAllgather>(o, layers, shard_numel_, group_.size());
+    qgather_ =
+        std::make_unique<compress::QuantizedAllgather>(o, layers, shard_numel_, group_.size());
   }
   if (cz.reduce_bits != 0) {
     check("reduce_bits", reduce_dtype_, "reduce");
@@ -186,9 +187,9 @@ void FlatUnit::begin_reduce() {
   if (!grad_full_.defined()) grad_full_ = zeroed_grad_buffer();
   if (sharded()) {
     grad_shard_ = pool_.empty(shard_numel_, grad_full_.options());
-    reduce_work_ =
-        qreduce_ ? qreduce_->run_async(group_, grad_shard_, grad_full_, /*average=*/true)
-                 : group_.reduce_scatter(grad_shard_, grad_full_, {comm::ReduceOp::Avg, comm::Millis(0)});
+    reduce_work_ = qreduce_ ? qreduce_->run_async(group_, grad_shard_, grad_full_, /*average=*/true)
+                            : group_.reduce_scatter(grad_shard_, grad_full_,
+                                                    {comm::ReduceOp::Avg, comm::Millis(0)});
   } else {
     grad_shard_ = grad_full_;
     reduce_work_ = group_.allreduce(grad_shard_, {comm::ReduceOp::Avg, comm::Millis(0)});

@@ -105,7 +105,7 @@ class FlatUnit {
   at::Tensor summoned_master_;  // summon() under mixed precision: the full master values
   void point_params_at(const at::Tensor& flat);
   void make_codecs(const Compression& cz, at::ScalarType param_dtype);
-  std::unique_ptr<compress::QuantizedAllgather> qgather_;      // gather_bits
+  std::unique_ptr<compress::QuantizedAllgather> qgather_;       // gather_bits
   std::unique_ptr<compress::CompressedReduceScatter> qreduce_;  // reduce_bits
   State state_ = State::Gathered;
   comm::WorkPtr gather_work_;
