@@ -421,6 +421,50 @@ void mixed_precision(const std::shared_ptr<lockstep::ProcessGroup>& pg, fsdp::Sh
   check(tag + " compute parameters bf16", model->inp->weight.scalar_type() == at::kBFloat16);
 }
 
+// ZeRO++-style traffic (FSDPOptions::compression): 8-bit weight gathers and 4-bit gradient
+// reduce-scatters train like plain FSDP, and every rank computes with the same gathered
+// weights. The test's layers are tiny, so the codec's small-layer rule is turned off.
+void compressed_traffic(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
+  const std::string tag = "qwZ 8 + qgZ 4 P=" + std::to_string(pg->size());
+  fsdp::FSDPOptions o;
+  const auto [ref_before, ref_after] = train_mp(pg, o, nullptr, nullptr);
+  o.compression.gather_bits = 8;
+  o.compression.reduce_bits = 4;
+  o.compression.codec.min_layer = 0;
+  o.compression.codec.exclude = {};
+  const auto [before, after] = train_mp(pg, o, nullptr, nullptr);
+  // At least as far as plain FSDP's (within 2% of the start): measured 0.4286 -> 0.3842
+  // plain, 0.3843 compressed at P = 3; at P = 2 and 4 the rounding noise takes it out of the
+  // plain run's basin (some of l1's ReLUs die there) to 0.16-0.19, as any perturbation of the
+  // gradients does (4-bit weights alone: 0.21), while 8-bit gradients stay on its path.
+  check(tag + " loss falls at least as far as plain FSDP's",
+        after < 0.95 * before && after < ref_after + 0.02 * ref_before,
+        detail_of(before, after, ref_before, ref_after));
+  // The same input on every rank gives the same bits: the gathered weights agree.
+  torch::manual_seed(11);
+  lockstep::FullyShardedDataParallel f(std::make_shared<Net>(), pg, o);
+  torch::manual_seed(5);
+  const auto x = torch::randn({8, 6});
+  at::Tensor out;
+  {
+    torch::NoGradGuard ng;
+    out = f(x, 0).contiguous();
+  }
+  at::Tensor all = at::empty({pg->size() * out.numel()}, out.options());
+  pg->allgather(all, out.reshape(-1))->wait();
+  bool same = true;
+  for (int q = 1; q < pg->size(); ++q)
+    same = same &&
+           at::equal(all.narrow(0, 0, out.numel()), all.narrow(0, q * out.numel(), out.numel()));
+  check(tag + " every rank computes with the same gathered weights", same);
+  // Float64 parameters cannot go through the codec: an error naming the option.
+  auto f64 = std::make_shared<Net>();
+  f64->to(at::kDouble);
+  const std::string what = error_of([&] { lockstep::FullyShardedDataParallel g(f64, pg, o); });
+  check(tag + " float64 with gather_bits is refused",
+        pg->size() == 1 || what.find("gather_bits") != std::string::npos, what);
+}
+
 // --- sharded checkpoints ----------------------------------------------------------------
 
 void train_steps(lockstep::FullyShardedDataParallel<Net>& f, torch::optim::Optimizer& opt,
@@ -611,6 +655,7 @@ int main(int argc, char** argv) {
     sequential(pg);
     mixed_precision(pg, S::FullShard, std::nullopt);  // reduce in bf16 too
     mixed_precision(pg, S::NoShard, at::kFloat);      // reduce in fp32
+    compressed_traffic(pg);
     unit_twice(pg);
   }
   return tally::finish();
