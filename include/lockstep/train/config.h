@@ -119,6 +119,11 @@ struct StrategyConfig {
   std::string reduce_dtype;             // "" (= param_dtype) | "float32" | "bfloat16"
   bool backward_prefetch = true;
   bool forward_prefetch = false;
+  // FSDPOptions::compression (ZeRO++): 0 = off; gather_bits quantizes the parameters'
+  // all-gathers (8 or 4), reduce_bits the gradients' reduce-scatter (4: QSGD), with
+  // qsgd_bucket_size values per bucket.
+  int64_t gather_bits = 0;
+  int64_t reduce_bits = 0;
 };
 
 // The quality gate. The workload names the metrics it can gate on

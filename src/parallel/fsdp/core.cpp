@@ -168,8 +168,7 @@ void FSDPCore::build_units(std::vector<Candidate> candidates, const std::vector<
     const int u = static_cast<int>(units_.size());
     units_.push_back(std::make_unique<FlatUnit>(
         s.c.name, std::move(s.names), std::move(s.params), *group_, options_.strategy,
-        options_.mixed_precision, *pool_, options_.replicate_group.get(),
-        options_.compression));
+        options_.mixed_precision, *pool_, options_.replicate_group.get(), options_.compression));
     hooks_.push_back(std::make_unique<UnitHooksImpl>(*this, u, s.c.wrapper));
   }
   std::vector<std::string> root_names;
@@ -184,8 +183,7 @@ void FSDPCore::build_units(std::vector<Candidate> candidates, const std::vector<
     root_unit_ = static_cast<int>(units_.size());
     units_.push_back(std::make_unique<FlatUnit>(
         "", std::move(root_names), std::move(root_params), *group_, options_.strategy,
-        options_.mixed_precision, *pool_, options_.replicate_group.get(),
-        options_.compression));
+        options_.mixed_precision, *pool_, options_.replicate_group.get(), options_.compression));
   }
   install_grad_hooks();
   ready_.assign(units_.size(), false);
@@ -388,6 +386,19 @@ void FSDPCore::release_full_params() {
   // AccumulateGrad nodes: hook the new ones.
   if (options_.mixed_precision.param_dtype) install_grad_hooks();
   summoned_ = false;
+}
+
+void FSDPCore::set_reduce_calls(uint64_t calls) {
+  for (auto& u : units_) u->set_reduce_calls(calls);
+}
+
+FSDPCore::TrafficStats FSDPCore::traffic() const {
+  TrafficStats t;
+  for (const auto& u : units_) {
+    t.bytes_sent += u->bytes_sent();
+    t.bytes_uncompressed += u->bytes_uncompressed();
+  }
+  return t;
 }
 
 MemoryStats FSDPCore::memory_stats() const {

@@ -130,6 +130,9 @@ void FlatUnit::begin_gather() {
     return;
   }
   set_storage_bytes(padded_ * static_cast<int64_t>(full_.element_size()));
+  const int64_t plain = (group_.size() - 1) * shard_numel_ * int64_t(full_.element_size());
+  bytes_plain_ += plain;
+  bytes_sent_ += qgather_ ? qgather_->bytes_sent() : plain;
   if (qgather_) {  // the master shard itself is encoded, whatever param_dtype is
     gather_in_ = shard_.detach();
     gather_work_ = qgather_->run_async(group_, full_, gather_in_);
@@ -200,6 +203,11 @@ void FlatUnit::finish_reduce() {
   if (reduce_work_ == nullptr) return;
   reduce_work_->wait();
   reduce_work_.reset();
+  if (sharded()) {
+    const int64_t plain = (group_.size() - 1) * shard_numel_ * int64_t(grad_full_.element_size());
+    bytes_plain_ += plain;
+    bytes_sent_ += qreduce_ ? qreduce_->bytes_sent() : plain;
+  }
   if (replicate_ != nullptr && replicate_->size() > 1)  // the shard's copies elsewhere
     replicate_->allreduce(grad_shard_, {comm::ReduceOp::Avg, comm::Millis(0)})->wait();
   at::Tensor& g = shard_.mutable_grad();

@@ -77,6 +77,12 @@ class FlatUnit {
   // returns true when every parameter of the unit that requires grad has reported.
   bool param_grad_ready(size_t i);
   bool expects_grads() const { return expected_grads_ > 0; }
+  void set_reduce_calls(uint64_t calls) {
+    if (qreduce_) qreduce_->set_steps(calls);
+  }
+  // Bytes this rank sent in the unit's gathers and reductions, and uncompressed equivalents.
+  int64_t bytes_sent() const { return bytes_sent_; }
+  int64_t bytes_uncompressed() const { return bytes_plain_; }
   void begin_reduce();   // zeros stand in for the gradients that never came
   void finish_reduce();  // waits; accumulates the averaged shard into shard().grad()
 
@@ -115,6 +121,7 @@ class FlatUnit {
   at::Tensor grad_full_;   // [padded] while gradients arrive and reduce
   at::Tensor grad_shard_;  // the reduction's output
   comm::WorkPtr reduce_work_;
+  int64_t bytes_sent_ = 0, bytes_plain_ = 0;
 };
 
 }  // namespace lockstep::fsdp

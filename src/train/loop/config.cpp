@@ -101,6 +101,8 @@ void declare_strategy_keys(ConfigSchema& s, StrategyConfig& c) {
   s.one_of("strategy.reduce_dtype", c.reduce_dtype, {"", "float32", "bfloat16"});
   s.boolean("strategy.backward_prefetch", c.backward_prefetch);
   s.boolean("strategy.forward_prefetch", c.forward_prefetch);
+  s.i64("strategy.gather_bits", c.gather_bits, 0, 8);
+  s.i64("strategy.reduce_bits", c.reduce_bits, 0, 8);
 }
 
 // [precision], [memory] and the options of anyprecision_adamw (docs/precision.md).
@@ -268,10 +270,32 @@ void validate_fault_tolerance_keys(const TrainConfig& c, const toml::table& root
                       "full precision over the step's replicas; set comm_hook = \"none\"");
 }
 
+// strategy.gather_bits / reduce_bits compress FSDP's gathers and reduce-scatters: only a
+// sharded FSDP strategy has them.
+void validate_fsdp_compression_keys(const TrainConfig& c, const toml::table& root) {
+  const auto& st = c.strategy;
+  for (const auto& [key, bits] : {std::pair<const char*, int64_t>{"gather_bits", st.gather_bits},
+                                  {"reduce_bits", st.reduce_bits}}) {
+    if (bits == 0) continue;
+    const toml::node* n = root["strategy"][key].node();
+    const std::string at =
+        (n ? where(*n) : c.source + ": ") + "key 'strategy." + key + "' = " + std::to_string(bits);
+    if (st.kind != "fsdp")
+      throw ConfigError(at + " compresses FSDP's collectives, but strategy.kind = \"" + st.kind +
+                        "\": set kind = \"fsdp\", or for DDP comm_hook = \"qsgd\" (qsgd_bits)");
+    if (st.sharding == "no_shard")
+      throw ConfigError(at +
+                        ": strategy.sharding = \"no_shard\" gathers and reduce-scatters "
+                        "nothing; set sharding = \"full_shard\" or \"shard_grad_op\", or " +
+                        key + " = 0");
+  }
+}
+
 // Checks across the trainer's keys once all are set. `root` gives the offending key's line.
 void validate_trainer_keys(const TrainConfig& c, const toml::table& root) {
   validate_precision_keys(c, root);
   validate_fault_tolerance_keys(c, root);
+  validate_fsdp_compression_keys(c, root);
   const auto& st = c.strategy;
   if (st.kind == "fsdp" && st.comm_hook != "none") {
     const toml::node* n = root["strategy"]["comm_hook"].node();

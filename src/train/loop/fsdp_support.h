@@ -7,8 +7,9 @@
 
 namespace lockstep::train {
 
-// [strategy]'s sharding, wrap, wrap_min_params, param_dtype, reduce_dtype and prefetch keys
-// as FSDPOptions (the values were checked by the schema).
-fsdp::FSDPOptions fsdp_options(const StrategyConfig& s);
+// [strategy]'s sharding, wrap, wrap_min_params, param_dtype, reduce_dtype, prefetch and
+// compression keys as FSDPOptions (the values were checked by the schema); `seed` (run.seed)
+// keys the compressed reduce-scatter's rounding.
+fsdp::FSDPOptions fsdp_options(const StrategyConfig& s, uint64_t seed);
 
 }  // namespace lockstep::train

@@ -27,7 +27,8 @@ StepRunner::StepRunner(const TrainConfig& cfg, Workload& workload,
   if (cfg_.strategy.kind == "fsdp") {
     LOCKSTEP_CHECK(group_, "strategy.kind = \"fsdp\" needs a process group");
     fsdp_ = std::make_unique<fsdp::FullyShardedDataParallel<LossCallImpl>>(
-        std::make_shared<LossCallImpl>(model_), group_, fsdp_options(cfg_.strategy));
+        std::make_shared<LossCallImpl>(model_), group_,
+        fsdp_options(cfg_.strategy, uint64_t(cfg_.run.seed)));
     optimizer_ = make_optimizer(cfg_.optim, fsdp_->parameters());  // the local shards: 1/P
   } else {
     optimizer_ = make_optimizer(cfg_.optim, model_->parameters());
@@ -220,7 +221,15 @@ bool StepRunner::apply_step(double loss_sum, int64_t step_number) {
 
 double StepRunner::step(BatchStream& batches, double lr, int64_t accum, int64_t step_number) {
   begin_step(lr);
+  // The compressed reduce-scatter rounds by its call count: from the step, so a resumed run
+  // rounds as the uninterrupted one did.
+  if (fsdp_) fsdp_->core().set_reduce_calls(uint64_t(step_number - 1) * uint64_t(accum));
+  const int64_t fsdp_bytes = fsdp_ ? fsdp_->core().traffic().bytes_sent : 0;
   double loss_sum = accumulate(batches, accum, 1.0);
+  if (fsdp_) {
+    stats_.bytes_sent += fsdp_->core().traffic().bytes_sent - fsdp_bytes;
+    ++stats_.sync_steps;
+  }
   if (ddp_) {
     const auto& s = ddp_->last_step_stats();
     stats_.exposed_comm_s += s.exposed_comm_s;

@@ -347,6 +347,7 @@ int Trainer::Impl::finish(const LoopResult& loop, StepRunner& runner, StepLog& l
   s.samples_per_s = s.train_time > 0 ? double(s.steps_run * s.global_batch) / s.train_time : 0;
   s.comm_share = mean_comm_share(runner, log);
   s.comm_measured = runner.fsdp() == nullptr && replica == nullptr;
+  s.bytes_measured = replica == nullptr;
   const CommStats& c = runner.comm_stats();
   s.bytes_per_step = c.sync_steps ? c.bytes_sent / c.sync_steps : 0;
   s.final_loss = loop.last_loss;

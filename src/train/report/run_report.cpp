@@ -76,7 +76,7 @@ json summary_json(const TrainConfig& cfg, const EvalResult& r, const GateDecisio
           {"wall_time_s", s.wall_time},
           {"samples_per_s", s.samples_per_s},
           {"comm_share", s.comm_measured ? json(s.comm_share) : json(nullptr)},
-          {"bytes_per_step", s.comm_measured ? json(s.bytes_per_step) : json(nullptr)},
+          {"bytes_per_step", s.bytes_measured ? json(s.bytes_per_step) : json(nullptr)},
           {"final_loss", s.final_loss},
           {"param_crc32", s.param_crc32},
           {"skipped_steps", s.skipped_steps},

@@ -37,7 +37,8 @@ struct RunStats {
   double samples_per_s = 0;
   double comm_share = 0;  // exposed communication / step time, mean over ranks
   int64_t bytes_per_step = 0;
-  bool comm_measured = true;  // false under FSDP, which reports no communication statistics
+  bool comm_measured = true;   // false under FSDP, which reports no communication statistics
+  bool bytes_measured = true;  // bytes_per_step: DDP's and FSDP's (gathers and reductions)
   double final_loss = 0;
   int64_t param_crc32 = 0;
   int64_t skipped_steps = 0;  // steps skipped as non-finite (train.non_finite, loss scaling)

@@ -91,6 +91,17 @@ class FSDPCore {
   void release_full_params();
 
   MemoryStats memory_stats() const;
+  // Compression (FSDPOptions::compression): the bytes this rank has sent in gathers and
+  // reductions so far, and what they would have been uncompressed.
+  struct TrafficStats {
+    int64_t bytes_sent = 0;
+    int64_t bytes_uncompressed = 0;
+  };
+  TrafficStats traffic() const;
+  // The compressed reduce-scatter's rounding follows its count of calls (one per unit per
+  // backward): a trainer sets it from its step, so that a resumed run rounds as the
+  // uninterrupted one did.
+  void set_reduce_calls(uint64_t calls);
 
   // summon_full_params() for the guard's lifetime (collective on construction and at the
   // end): evaluation and export read the model directly inside it.
