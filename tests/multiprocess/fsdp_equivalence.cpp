@@ -465,6 +465,49 @@ void compressed_traffic(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
         pg->size() == 1 || what.find("gather_bits") != std::string::npos, what);
 }
 
+// hpZ (FSDPOptions::secondary_group): with two "nodes" of two ranks, the backward gathers
+// inside the node from the secondary shards kept since forward, bit for bit what the
+// FSDP-wide gather gives, with full and with 8-bit (qwZ) forward gathers.
+void secondary_shards(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
+  const int P = pg->size(), r = pg->rank();
+  if (P < 4 || P % 2 != 0) return;
+  auto node = lockstep::init_split(r / 2);
+  for (int bits : {0, 8}) {
+    fsdp::FSDPOptions o;
+    o.compression.gather_bits = bits;
+    o.compression.codec.min_layer = 0;
+    o.compression.codec.exclude = {};
+    auto train = [&](bool hpz, int64_t* held) {
+      o.secondary_group = hpz ? node : nullptr;
+      torch::manual_seed(11);
+      lockstep::FullyShardedDataParallel f(std::make_shared<Net>(), pg, o);
+      torch::optim::AdamW opt(f.parameters(), torch::optim::AdamWOptions(3e-2));
+      const int64_t B = kGlobalBatch / P;
+      for (int s = 0; s < 6; ++s) {
+        torch::manual_seed(300 + s);
+        auto x = torch::randn({kGlobalBatch, 6}), y = torch::randn({kGlobalBatch, 3});
+        auto loss = torch::mse_loss(f(x.narrow(0, r * B, B), s % 2), y.narrow(0, r * B, B));
+        if (s == 0) *held = f.memory_stats().secondary_bytes;
+        loss.backward();
+        check("hpZ: no secondary shard after backward", f.memory_stats().secondary_bytes == 0);
+        opt.step();
+        opt.zero_grad();
+      }
+      std::vector<at::Tensor> out;
+      for (const auto& p : f.parameters()) out.push_back(p.detach().clone());
+      return out;
+    };
+    int64_t held_plain = 0, held_hpz = 0;
+    const auto plain = train(false, &held_plain), hpz = train(true, &held_hpz);
+    bool same = plain.size() == hpz.size();
+    for (size_t i = 0; same && i < plain.size(); ++i) same = at::equal(plain[i], hpz[i]);
+    const std::string tag = tally::format("hpZ (qwZ %d bits) P=%d", bits, P);
+    check(tag + ": parameters bit for bit those without hpZ", same);
+    check(tag + ": secondary shards held between forward and backward",
+          held_plain == 0 && held_hpz > 0, tally::format("%ld bytes", long(held_hpz)));
+  }
+}
+
 // --- sharded checkpoints ----------------------------------------------------------------
 
 void train_steps(lockstep::FullyShardedDataParallel<Net>& f, torch::optim::Optimizer& opt,
@@ -656,6 +699,7 @@ int main(int argc, char** argv) {
     mixed_precision(pg, S::FullShard, std::nullopt);  // reduce in bf16 too
     mixed_precision(pg, S::NoShard, at::kFloat);      // reduce in fp32
     compressed_traffic(pg);
+    secondary_shards(pg);
     unit_twice(pg);
   }
   return tally::finish();

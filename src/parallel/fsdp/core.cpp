@@ -106,6 +106,7 @@ FSDPCore::FSDPCore(std::shared_ptr<torch::nn::Module> root,
         "(e.g. lockstep::init_split(node)), the replicate group holds the other copies of "
         "this rank's shard (e.g. lockstep::init_split(local_rank))");
   if (!hybrid) options_.replicate_group.reset();
+  check_secondary_group();
   ddp::verify_same_model(*group_, names, params);
   if (hybrid) ddp::verify_same_model(*options_.replicate_group, names, params);
   std::unordered_set<ImplPtr> seen;
@@ -168,7 +169,8 @@ void FSDPCore::build_units(std::vector<Candidate> candidates, const std::vector<
     const int u = static_cast<int>(units_.size());
     units_.push_back(std::make_unique<FlatUnit>(
         s.c.name, std::move(s.names), std::move(s.params), *group_, options_.strategy,
-        options_.mixed_precision, *pool_, options_.replicate_group.get(), options_.compression));
+        options_.mixed_precision, *pool_, options_.replicate_group.get(), options_.compression,
+        options_.secondary_group.get()));
     hooks_.push_back(std::make_unique<UnitHooksImpl>(*this, u, s.c.wrapper));
   }
   std::vector<std::string> root_names;
@@ -183,10 +185,29 @@ void FSDPCore::build_units(std::vector<Candidate> candidates, const std::vector<
     root_unit_ = static_cast<int>(units_.size());
     units_.push_back(std::make_unique<FlatUnit>(
         "", std::move(root_names), std::move(root_params), *group_, options_.strategy,
-        options_.mixed_precision, *pool_, options_.replicate_group.get(), options_.compression));
+        options_.mixed_precision, *pool_, options_.replicate_group.get(), options_.compression,
+        options_.secondary_group.get()));
   }
   install_grad_hooks();
   ready_.assign(units_.size(), false);
+}
+
+// hpZ's group must be this rank's node inside the FSDP group: ranks node * L + local.
+void FSDPCore::check_secondary_group() {
+  const auto& sec = options_.secondary_group;
+  if (!sec) return;
+  if (options_.strategy != ShardingStrategy::FullShard)
+    throw InvalidArgument(detail::concat(
+        "FSDPOptions::secondary_group (hpZ) needs ShardingStrategy::FullShard, not ",
+        strategy_name(options_.strategy), ": only full_shard gathers again for backward"));
+  const int L = sec->size(), P = group_->size();
+  if (P % L != 0 || group_->rank() % L != sec->rank())
+    throw InvalidArgument(detail::concat(
+        "FSDPOptions::secondary_group (hpZ): rank ", group_->rank(), " of the FSDP group (", P,
+        " ranks) is rank ", sec->rank(), " of ", L,
+        " in the secondary group; it must hold the ranks node * L + 0..L-1 of the FSDP group "
+        "(lockstep::init_split(rank / L))"));
+  if (L == 1 || L == P) options_.secondary_group.reset();  // nothing to save
 }
 
 void FSDPCore::install_grad_hooks() {
@@ -241,6 +262,7 @@ void FSDPCore::before_root_forward() {
     forward_order_.clear();
   }
   in_forward_ = true;
+  for (auto& u : units_) u->drop_secondary();
   if (root_unit_ >= 0) unit(root_unit_).wait_gathered();
 }
 
@@ -277,7 +299,14 @@ bool FSDPCore::keep_after_forward() const {
 
 void FSDPCore::unit_post_forward(int u, const std::vector<at::Tensor>& outputs) {
   if (summoned_) return;
-  if (!keep_after_forward()) unit(u).free_full();
+  // ShardGradOp keeps the parameters until the backward is done; under FullShard a
+  // backward to come may keep hpZ's secondary shard.
+  if (!keep_after_forward()) {
+    if (at::GradMode::is_enabled())
+      unit(u).free_after_forward();
+    else
+      unit(u).free_full();
+  }
   attach_pre_backward(u, outputs);
 }
 
@@ -345,7 +374,10 @@ void FSDPCore::finish_backward() {
   launch_ready_reductions();
   if (last_reduce_ >= 0) unit(last_reduce_).finish_reduce();
   last_reduce_ = -1;
-  for (auto& u : units_) u->free_full();
+  for (auto& u : units_) {
+    u->free_full();
+    u->drop_secondary();
+  }
   ready_.assign(units_.size(), false);
   last_forward_order_ = forward_order_;
   forward_order_.clear();
@@ -407,6 +439,7 @@ MemoryStats FSDPCore::memory_stats() const {
     const auto& s = u->shard();
     m.shard_bytes += s.numel() * static_cast<int64_t>(s.element_size());
     if (u->sharded()) m.gathered_bytes += u->gathered_bytes();
+    m.secondary_bytes += u->secondary_bytes();
     if (s.grad().defined())
       m.grad_bytes += s.grad().numel() * static_cast<int64_t>(s.grad().element_size());
   }

@@ -14,14 +14,16 @@ namespace lockstep::fsdp {
 FlatUnit::FlatUnit(std::string name, std::vector<std::string> param_names,
                    std::vector<at::Tensor> params, comm::ProcessGroup& group,
                    ShardingStrategy strategy, const MixedPrecision& mp, BufferPool& pool,
-                   comm::ProcessGroup* replicate, const Compression& compression)
+                   comm::ProcessGroup* replicate, const Compression& compression,
+                   comm::ProcessGroup* secondary)
     : name_(std::move(name)),
       names_(std::move(param_names)),
       params_(std::move(params)),
       group_(group),
       pool_(pool),
       replicate_(replicate),
-      strategy_(strategy) {
+      strategy_(strategy),
+      secondary_(secondary) {
   LOCKSTEP_CHECK(!params_.empty(), "FSDP unit '", name_, "' has no parameters");
   const auto dtype = params_[0].scalar_type();
   int64_t total = 0;
@@ -132,11 +134,17 @@ void FlatUnit::begin_gather() {
   set_storage_bytes(padded_ * static_cast<int64_t>(full_.element_size()));
   const int64_t plain = (group_.size() - 1) * shard_numel_ * int64_t(full_.element_size());
   bytes_plain_ += plain;
-  bytes_sent_ += qgather_ ? qgather_->bytes_sent() : plain;
-  if (qgather_) {  // the master shard itself is encoded, whatever param_dtype is
+  if (secondary_shard_.defined()) {  // hpZ: the backward's gather, inside the node
+    bytes_sent_ += (secondary_->size() - 1) * int64_t(secondary_shard_.nbytes());
+    gather_in_ = secondary_shard_;
+    secondary_shard_ = at::Tensor();
+    gather_work_ = secondary_->allgather(full_, gather_in_);
+  } else if (qgather_) {  // the master shard itself is encoded, whatever param_dtype is
+    bytes_sent_ += qgather_->bytes_sent();
     gather_in_ = shard_.detach();
     gather_work_ = qgather_->run_async(group_, full_, gather_in_);
   } else {
+    bytes_sent_ += plain;
     gather_in_ = cast_ ? shard_.detach().to(full_.scalar_type()) : shard_.detach();
     gather_work_ = group_.allgather(full_, gather_in_);
   }
@@ -166,6 +174,19 @@ void FlatUnit::free_full() {
   wait_gathered();                      // never free memory a transfer is writing
   if (sharded()) set_storage_bytes(0);  // NoShard keeps its cast copy's memory
   state_ = State::Free;
+}
+
+void FlatUnit::free_after_forward() {
+  if (secondary_ != nullptr && sharded() && state_ != State::Free) {
+    wait_gathered();
+    const int64_t n = padded_ / secondary_->size();
+    secondary_shard_ = full_.narrow(0, secondary_->rank() * n, n).clone();
+  }
+  free_full();
+}
+
+int64_t FlatUnit::secondary_bytes() const {
+  return secondary_shard_.defined() ? int64_t(secondary_shard_.nbytes()) : 0;
 }
 
 bool FlatUnit::param_grad_ready(size_t i) {

@@ -45,7 +45,7 @@ class FlatUnit {
   FlatUnit(std::string name, std::vector<std::string> param_names, std::vector<at::Tensor> params,
            comm::ProcessGroup& group, ShardingStrategy strategy, const MixedPrecision& mp,
            BufferPool& pool, comm::ProcessGroup* replicate = nullptr,
-           const Compression& compression = {});
+           const Compression& compression = {}, comm::ProcessGroup* secondary = nullptr);
 
   const std::string& name() const { return name_; }
   const std::vector<std::string>& param_names() const { return names_; }
@@ -61,6 +61,11 @@ class FlatUnit {
   void begin_gather();
   void wait_gathered();
   void free_full();
+  // After the unit's forward: free, keeping the hpZ secondary shard (if any) for the
+  // backward's gather; drop_secondary() forgets it (a forward without backward).
+  void free_after_forward();
+  void drop_secondary() { secondary_shard_ = at::Tensor(); }
+  int64_t secondary_bytes() const;
   bool gathered() const { return state_ == State::Gathered; }
   int64_t gathered_bytes() const;
   // Collective: the unit's master parameters (the shards' dtype), flat and padded, on every
@@ -113,6 +118,8 @@ class FlatUnit {
   void make_codecs(const Compression& cz, at::ScalarType param_dtype);
   std::unique_ptr<compress::QuantizedAllgather> qgather_;       // gather_bits
   std::unique_ptr<compress::CompressedReduceScatter> qreduce_;  // reduce_bits
+  comm::ProcessGroup* const secondary_;                         // hpZ: the node's ranks
+  at::Tensor secondary_shard_;  // [padded / L] in param dtype between forward and backward
   State state_ = State::Gathered;
   comm::WorkPtr gather_work_;
 

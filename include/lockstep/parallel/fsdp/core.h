@@ -24,10 +24,11 @@ class UnitHooksImpl;
 
 // Bytes each rank holds for the model's state, by kind (docs/fsdp.md, "Memory model").
 struct MemoryStats {
-  int64_t shard_bytes = 0;     // the optimizer's parameters: the local shards
-  int64_t gathered_bytes = 0;  // full parameters currently gathered (all units)
-  int64_t grad_bytes = 0;      // gradients of the local shards
-  int64_t pool_bytes = 0;      // the kept gather and flat-gradient buffers, in use or free
+  int64_t shard_bytes = 0;      // the optimizer's parameters: the local shards
+  int64_t gathered_bytes = 0;   // full parameters currently gathered (all units)
+  int64_t grad_bytes = 0;       // gradients of the local shards
+  int64_t pool_bytes = 0;       // the kept gather and flat-gradient buffers, in use or free
+  int64_t secondary_bytes = 0;  // hpZ's secondary shards currently held
 };
 
 class FSDPCore {
@@ -137,6 +138,7 @@ class FSDPCore {
   FlatUnit& unit(int u);
   void install_grad_hooks();  // on every parameter's current AccumulateGrad node
   void check_parameters_unchanged();
+  void check_secondary_group();
   bool keep_after_forward() const;
   void attach_pre_backward(int unit, const std::vector<at::Tensor>& outputs);
   void ensure_backward_started();

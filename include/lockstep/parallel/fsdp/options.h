@@ -94,6 +94,13 @@ struct FSDPOptions {
   // unit computes its forward.
   bool forward_prefetch = false;
   Compression compression;
+  // ZeRO++'s hpZ, FullShard only: a secondary shard inside this subgroup of the FSDP group
+  // (the ranks of one node: init_split(node), ranks numbered node * L + local), taken from
+  // each unit's gathered parameters when its forward ends and kept until its backward
+  // gathers it again, from this group, so the backward all-gather never crosses nodes. Costs
+  // 1/L of each unit's gathered size per rank, for the units between forward and backward
+  // (MemoryStats::secondary_bytes). Null: the backward gathers over the FSDP group.
+  std::shared_ptr<comm::ProcessGroup> secondary_group;
 };
 
 }  // namespace lockstep::fsdp
