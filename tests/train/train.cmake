@@ -37,6 +37,11 @@ add_test(NAME train_resume COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/resume
 # strategy.kind = "fsdp" (configs/ctsm-fsdp.toml): trains, exports, resumes bit for bit at
 # 2 ranks and from the 2-rank sharded checkpoint on 1 rank; its config and resume errors.
 add_test(NAME train_fsdp COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/fsdp_test.sh ${TRAIN_TEST_ARGS})
+# sharding = "hybrid_shard" on 2 "nodes" x 2 ranks: trains (4-bit gradients too), follows
+# full_shard, the first replica writes the shards, resume bit for bit (slow: 4 ranks).
+add_test(NAME train_fsdp_hybrid_2x2
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/hybrid_test.sh ${TRAIN_TEST_ARGS})
+set_tests_properties(train_fsdp_hybrid_2x2 PROPERTIES LABELS "train;multiprocess" TIMEOUT 300)
 # Checkpoint integrity: a flipped byte and a truncation of every kind of checkpoint file
 # (DDP and FSDP) are named, and resume falls back to the previous checkpoint.
 add_test(NAME train_integrity COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/integrity_test.sh ${TRAIN_TEST_ARGS})

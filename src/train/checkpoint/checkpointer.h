@@ -113,6 +113,8 @@ class Checkpointer {
   };
   std::string meta_json(int64_t step, double last_loss) const;
   std::vector<PendingFile> live_files();
+  bool writes_fsdp_shard() const;
+  std::string fsdp_shard_file() const;
   std::vector<PendingFile> staged_files();
   std::vector<PendingFile> full_files(const std::string& model, const std::string& optimizer,
                                       bool staged);

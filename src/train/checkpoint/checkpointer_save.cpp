@@ -67,12 +67,24 @@ std::string Checkpointer::meta_json(int64_t step, double last_loss) const {
   return meta.dump();
 }
 
+// Under hybrid_shard every replica holds the same shards: the first one's ranks write them,
+// named by their rank in the FSDP (shard) group; every replica reads them on resume.
+bool Checkpointer::writes_fsdp_shard() const {
+  const auto& rep = fsdp_->options().replicate_group;
+  return !rep || rep->rank() == 0;
+}
+
+std::string Checkpointer::fsdp_shard_file() const {
+  return fsdp::FSDPCore::sharded_file_name(fsdp_->group().rank());
+}
+
 // Sync: the writer reads the model and optimizer themselves (the step waits for it).
 std::vector<Checkpointer::PendingFile> Checkpointer::live_files() {
   std::vector<PendingFile> files;
   if (diloco_) return replica_files(false);
   if (fsdp_) {
-    files.push_back({fsdp::FSDPCore::sharded_file_name(ctx_.rank), [this](AtomicFileWriter& w) {
+    if (!writes_fsdp_shard()) return files;
+    files.push_back({fsdp_shard_file(), [this](AtomicFileWriter& w) {
                        const std::string b = fsdp_->sharded_state(&optimizer_);
                        w.append(b.data(), b.size());
                      }});
@@ -88,10 +100,10 @@ std::vector<Checkpointer::PendingFile> Checkpointer::staged_files() {
   staging_.begin();
   if (diloco_) {
     files = replica_files(true);
-  } else if (fsdp_) {
+  } else if (fsdp_ && writes_fsdp_shard()) {
     std::shared_ptr<FsdpShardSnapshot> s =
         snapshot_fsdp(*fsdp_, *fsdp_layout_, optimizer_, staging_);
-    files.push_back({fsdp::FSDPCore::sharded_file_name(ctx_.rank), [s](AtomicFileWriter& w) {
+    files.push_back({fsdp_shard_file(), [s](AtomicFileWriter& w) {
                        save_archive(w, [&s](OutputArchive& ar) { s->write(ar); });
                      }});
   } else if (ctx_.rank == 0) {

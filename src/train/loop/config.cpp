@@ -69,8 +69,8 @@ ConfigValue value_of(const toml::node& n) {
 std::vector<std::string> sharding_names() {
   using fsdp::ShardingStrategy;
   std::vector<std::string> out;
-  for (auto s :
-       {ShardingStrategy::FullShard, ShardingStrategy::ShardGradOp, ShardingStrategy::NoShard})
+  for (auto s : {ShardingStrategy::FullShard, ShardingStrategy::ShardGradOp,
+                 ShardingStrategy::NoShard, ShardingStrategy::HybridShard})
     out.emplace_back(fsdp::strategy_name(s));
   return out;
 }
@@ -268,6 +268,11 @@ void validate_fault_tolerance_keys(const TrainConfig& c, const toml::table& root
     throw ConfigError(at("strategy", "comm_hook") + "key 'strategy.comm_hook' = '" + st.comm_hook +
                       "': under fault_tolerance.enable = true the gradients are averaged in "
                       "full precision over the step's replicas; set comm_hook = \"none\"");
+  if (st.kind == "fsdp" && st.sharding == "hybrid_shard")
+    throw ConfigError(at("strategy", "sharding") +
+                      "key 'strategy.sharding' = 'hybrid_shard': under fault_tolerance.enable = "
+                      "true the replicas are lockstep-run's (--replica-size S shards each over S "
+                      "ranks): set sharding = \"full_shard\"");
 }
 
 // strategy.gather_bits / reduce_bits compress FSDP's gathers and reduce-scatters: only a

@@ -2,6 +2,11 @@
 
 #include "train/loop/precision_support.h"
 
+#include <lockstep/comm/init.h>
+#include <lockstep/comm/launch_env.h>
+#include <lockstep/env_contract.h>
+#include <lockstep/error.h>
+
 #include <optional>
 #include <string>
 
@@ -20,6 +25,23 @@ fsdp::FSDPOptions fsdp_options(const StrategyConfig& s, uint64_t seed) {
   o.compression.codec.bucket_size = s.qsgd_bucket_size;
   o.compression.codec.seed = seed;
   return o;
+}
+
+std::shared_ptr<comm::ProcessGroup> fsdp_group(const StrategyConfig& s,
+                                               std::shared_ptr<comm::ProcessGroup> world,
+                                               fsdp::FSDPOptions& o) {
+  if (s.sharding != "hybrid_shard") return world;
+  const int P = world->size(), r = world->rank();
+  const int L = comm::LaunchEnv::from_environment().local_world_size;
+  if (L <= 0 || P % L != 0)
+    throw ConfigError(detail::concat("strategy.sharding = \"hybrid_shard\": ", env::kLocalWorldSize,
+                                     " = ", L, " does not divide the job's ", P,
+                                     " ranks; start every node with the same --nproc-per-node"));
+  comm::InitOptions io;
+  io.backend = s.backend;
+  auto shard = comm::init_split(r / L, io);
+  o.replicate_group = comm::init_split(r % L, io);
+  return shard;
 }
 
 }  // namespace lockstep::train

@@ -2,6 +2,7 @@
 // docs/trainer.md "FSDP"): the options from [strategy].
 #pragma once
 
+#include <lockstep/comm/process_group.h>
 #include <lockstep/parallel/fsdp/options.h>
 #include <lockstep/train/config.h>
 
@@ -11,5 +12,13 @@ namespace lockstep::train {
 // compression keys as FSDPOptions (the values were checked by the schema); `seed` (run.seed)
 // keys the compressed reduce-scatter's rounding.
 fsdp::FSDPOptions fsdp_options(const StrategyConfig& s, uint64_t seed);
+
+// The group FSDP shards over: `world` itself, or under sharding = "hybrid_shard" this
+// rank's node (the LOCAL_WORLD_SIZE ranks lockstep-run numbers node * L + local), with
+// `o.replicate_group` set to the ranks of this local rank on every node. Collective under
+// hybrid_shard (two init_split calls over the job).
+std::shared_ptr<comm::ProcessGroup> fsdp_group(const StrategyConfig& s,
+                                               std::shared_ptr<comm::ProcessGroup> world,
+                                               fsdp::FSDPOptions& o);
 
 }  // namespace lockstep::train

@@ -26,9 +26,10 @@ StepRunner::StepRunner(const TrainConfig& cfg, Workload& workload,
   prepare_precision();  // the parameters' dtype first: FSDP flattens what it is given
   if (cfg_.strategy.kind == "fsdp") {
     LOCKSTEP_CHECK(group_, "strategy.kind = \"fsdp\" needs a process group");
+    fsdp::FSDPOptions o = fsdp_options(cfg_.strategy, uint64_t(cfg_.run.seed));
+    auto shard_group = fsdp_group(cfg_.strategy, group_, o);
     fsdp_ = std::make_unique<fsdp::FullyShardedDataParallel<LossCallImpl>>(
-        std::make_shared<LossCallImpl>(model_), group_,
-        fsdp_options(cfg_.strategy, uint64_t(cfg_.run.seed)));
+        std::make_shared<LossCallImpl>(model_), shard_group, std::move(o));
     optimizer_ = make_optimizer(cfg_.optim, fsdp_->parameters());  // the local shards: 1/P
   } else {
     optimizer_ = make_optimizer(cfg_.optim, model_->parameters());
