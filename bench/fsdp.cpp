@@ -282,6 +282,9 @@ Command fsdp_command(CLI::App& bench) {
   app->add_option("--strategy", a->strategy)->group(kWorkerOnly);
   app->add_flag("--private-buckets", a->private_buckets)->group(kWorkerOnly);
   app->add_option("--cap-bytes", a->cap_bytes)->group(kWorkerOnly);
+  app->add_option("--gather-bits", a->gather_bits)->group(kWorkerOnly);
+  app->add_option("--reduce-bits", a->reduce_bits)->group(kWorkerOnly);
+  app->add_flag("--hpz", a->hpz)->group(kWorkerOnly);
   return {app, [a, preset, app] {
             if (*preset == "100m") {  // unless given explicitly
               if (app->count("--d-model") == 0) a->shape.d_model = 1024;

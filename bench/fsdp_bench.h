@@ -37,6 +37,8 @@ struct FsdpArgs {
   bool private_buckets = false;         // DDP: DDPOptions::shared_buckets = false
   int64_t cap_bytes = 0;                // RLIMIT_DATA of each rank (0: none)
   bool profile = false;                 // also time FSDP's per-unit costs in isolation
+  int gather_bits = 0, reduce_bits = 0;  // FSDPOptions::compression (qwZ, qgZ)
+  bool hpz = false;  // FSDPOptions::secondary_group: this rank's node (LOCAL_WORLD_SIZE)
   // driver
   std::string nprocs = "2";
   std::string strategies = "ddp,shard_grad_op,full_shard";

@@ -21,6 +21,7 @@
 #include "fsdp_model.h"
 #include "jobs.h"
 
+#include <lockstep/comm/launch_env.h>
 #include <lockstep/lockstep.h>
 #include <lockstep/parallel/ddp/ddp.h>
 #include <lockstep/parallel/fsdp/fsdp.h>
@@ -237,6 +238,12 @@ int run_fsdp(const FsdpArgs& a, const std::shared_ptr<ProcessGroup>& g,
              const ProcMemory& base) {
   fsdp::FSDPOptions o;
   o.strategy = fsdp::parse_strategy(a.strategy);
+  o.compression.gather_bits = a.gather_bits;
+  o.compression.reduce_bits = a.reduce_bits;
+  if (a.hpz) {  // the ranks of this node: lockstep-run numbers them node * L + local
+    const int L = comm::LaunchEnv::from_environment().local_world_size;
+    o.secondary_group = lockstep::init_split(g->rank() / L);
+  }
   lockstep::FullyShardedDataParallel f(model, g, o);
   auto opt = make_adamw(f.parameters());
   auto tensors = [&] {
@@ -249,6 +256,9 @@ int run_fsdp(const FsdpArgs& a, const std::shared_ptr<ProcessGroup>& g,
   bool same = true;
   const bool sharded = o.strategy != fsdp::ShardingStrategy::NoShard;
   const double sum = param_sum(*g, f.parameters(), sharded, same);
+  const auto t = f.core().traffic();
+  report_result(g->rank(), "traffic_ratio",
+                t.bytes_sent > 0 ? double(t.bytes_uncompressed) / double(t.bytes_sent) : 1.0);
   return finish({a, *g, base, tensor_start}, m, sum, same, 0);
 }
 

@@ -4,7 +4,9 @@
 # `lockstep-run --nnodes 2` per host running lockstep-bench's workers:
 #   - `lockstep-bench collectives --worker --impls IMPL --sizes SIZE`: allreduce (and
 #     allgather, reduce_scatter) per implementation;
-#   - `lockstep-bench ddp --worker --backend B`: the DDP step of the 21M-parameter MLP.
+#   - `lockstep-bench ddp --worker --backend B`: the DDP step of the 21M-parameter MLP;
+#   - `lockstep-bench fsdp --worker --strategy full_shard [FLAGS]`: the FSDP step of the
+#     benchmark's transformer (FSDP_SHAPE), plain and with ZeRO++'s compression (FSDP).
 # Prints each figure and the ratio to flat gloo. Needs root (ip netns); docs/benchmarks.md.
 #
 # usage: bench/multihost.sh [BUILD_DIR]          (BUILD_DIR built with LOCKSTEP_BUILD_BENCH=ON)
@@ -12,13 +14,17 @@
 #        COLL="gloo"   collectives configs, each LABEL=IMPL[+ENV=VALUE...] or IMPL
 #        DDP="gloo"    DDP configs, each LABEL=BACKEND[+ENV=VALUE...] or BACKEND
 #   e.g. COLL="gloo hier hier-qsgd4=hier+LOCKSTEP_HIER_COMPRESS=qsgd4" (the first is the base)
+#        FSDP=""      FSDP configs, each LABEL or LABEL=FLAG,FLAG,... (worker flags), e.g.
+#          FSDP="fp32 q=--gather-bits=8,--reduce-bits=4 q-hpz=--gather-bits=8,--reduce-bits=4,--hpz"
+#        FSDP_SHAPE="--d-model 512 --layers 4 --seq 64 --batch 2"  FSDP_BACKEND=gloo
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
 bench=$build/bench/lockstep-bench
 run=$build/apps/lockstep-run
 RATE=${RATE:-1gbit} DELAY=${DELAY:-0.2ms} SIZES=${SIZES:-64MiB} STEPS=${STEPS:-10}
-WARMUP=${WARMUP:-2} COLL=${COLL:-gloo} DDP=${DDP:-gloo}
+WARMUP=${WARMUP:-2} COLL=${COLL:-gloo} DDP=${DDP:-gloo} FSDP=${FSDP:-}
+FSDP_SHAPE=${FSDP_SHAPE:---d-model 512 --layers 4 --seq 64 --batch 2} FSDP_BACKEND=${FSDP_BACKEND:-gloo}
 for f in "$bench" "$run"; do
   [[ -x $f ]] || { echo "bench/multihost.sh: $f not built (cmake -DLOCKSTEP_BUILD_BENCH=ON)"; exit 2; }
 done
@@ -106,4 +112,27 @@ for c in $DDP; do
   [[ -z $base ]] && base=$s
   printf '  %-20s step %8s s  exposed comm %8s s  replicas equal %s   x%s\n' "$label" "$s" \
     "$exposed" "$verified" "$(ratio "$base" "$s")"
+done
+
+[[ -z $FSDP ]] && exit 0
+echo
+echo "FSDP full_shard step, transformer $FSDP_SHAPE, $FSDP_BACKEND, $STEPS steps (median s;"
+echo "x = first config's step / this; bytes = FSDP's uncompressed / sent; link MB = what host 1's"
+echo "link carried out of it over the whole job, init and warm-up included)"
+base=""
+for c in $FSDP; do
+  label=${c%%=*} flags=""
+  [[ $c == *=* ]] && flags=${c#*=}
+  IFS=, read -r -a fl <<<"$flags"
+  # shellcheck disable=SC2086 # FSDP_SHAPE is a list of flags
+  link0=$(cat "/sys/class/net/$(mh_veth 1)/statistics/rx_bytes")
+  run_job "fsdp-$label" LOCKSTEP_BACKEND="$FSDP_BACKEND" -- fsdp --worker --strategy full_shard \
+    $FSDP_SHAPE --steps "$STEPS" --warmup "$WARMUP" "${fl[@]}" || continue
+  get() { grep -o "RESULT $1 [-0-9.e+]*" "$MH_DIR/fsdp-$label" | awk '{print $3}'; }
+  s=$(get step)
+  link=$((($(cat "/sys/class/net/$(mh_veth 1)/statistics/rx_bytes") - link0) / 1000000))
+  [[ -z $base ]] && base=$s
+  printf '  %-10s step %8s s  bytes x%-5s link %5s MB  loss %s -> %s  equal %s   x%s\n' "$label" \
+    "$s" "$(get traffic_ratio)" "$link" "$(get loss_first)" "$(get loss_last)" "$(get verified)" \
+    "$(ratio "$base" "$s")"
 done
