@@ -457,6 +457,19 @@ void compressed_traffic(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
     same = same &&
            at::equal(all.narrow(0, 0, out.numel()), all.narrow(0, q * out.numel(), out.numel()));
   check(tag + " every rank computes with the same gathered weights", same);
+  // Summoned parameters are the exact masters (not the 8-bit gathered copy), as in the full
+  // state dict.
+  const auto full = f.full_state_dict();
+  double summoned_diff = 0;
+  {
+    lockstep::fsdp::FSDPCore::FullParamsGuard guard(f.core());
+    if (pg->rank() == 0)
+      for (const auto& item : f.module()->named_parameters())
+        summoned_diff =
+            std::max(summoned_diff, (item.value() - full[item.key()]).abs().max().item<double>());
+  }
+  check(tag + " summoned parameters are the masters", summoned_diff == 0,
+        tally::format("max diff %.3g", summoned_diff));
   // Float64 parameters cannot go through the codec: an error naming the option.
   auto f64 = std::make_shared<Net>();
   f64->to(at::kDouble);

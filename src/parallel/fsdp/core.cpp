@@ -406,7 +406,7 @@ void FSDPCore::summon_full_params() {
                  "summon_full_params: not allowed during forward or backward");
   if (summoned_) return;
   for (auto& u : units_)
-    if (!u->casts()) u->begin_gather();  // every gather under way before the first wait
+    if (u->gathers_master()) u->begin_gather();  // every gather under way before the first wait
   for (auto& u : units_) u->summon();
   summoned_ = true;
 }

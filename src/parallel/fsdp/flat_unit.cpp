@@ -99,7 +99,7 @@ void FlatUnit::point_params_at(const at::Tensor& flat) {
 }
 
 bool FlatUnit::summon() {
-  if (!cast_) {
+  if (gathers_master()) {
     wait_gathered();
     return false;
   }

@@ -72,10 +72,11 @@ class FlatUnit {
   // rank; a temporary (the shard itself for NoShard).
   at::Tensor gather_master();
   // Collective: the parameters hold the full master values (in the master dtype even under
-  // mixed precision) until release_summoned(). Returns whether their dtype changed (their
-  // autograd accumulators are then new).
+  // mixed precision, and exact under qwZ) until release_summoned(). Returns whether they
+  // view a separate gathered copy of the masters (under a cast or qwZ) instead of full_.
   bool summon();
-  bool casts() const { return cast_; }
+  // Whether a training gather yields the master values themselves (no cast, no qwZ).
+  bool gathers_master() const { return !cast_ && !qgather_; }
   void release_summoned();
 
   // Gradients. param_grad_ready(i) moves parameter i's .grad() into the flat gradient and
