@@ -33,10 +33,10 @@ struct FsdpArgs {
   ModelShape shape;
   int steps = 5, warmup = 2;
   // worker
-  std::string strategy = "full_shard";  // ddp, no_shard, shard_grad_op, full_shard
-  bool private_buckets = false;         // DDP: DDPOptions::shared_buckets = false
-  int64_t cap_bytes = 0;                // RLIMIT_DATA of each rank (0: none)
-  bool profile = false;                 // also time FSDP's per-unit costs in isolation
+  std::string strategy = "full_shard";   // ddp, no_shard, shard_grad_op, full_shard
+  bool private_buckets = false;          // DDP: DDPOptions::shared_buckets = false
+  int64_t cap_bytes = 0;                 // RLIMIT_DATA of each rank (0: none)
+  bool profile = false;                  // also time FSDP's per-unit costs in isolation
   int gather_bits = 0, reduce_bits = 0;  // FSDPOptions::compression (qwZ, qgZ)
   bool hpz = false;  // FSDPOptions::secondary_group: this rank's node (LOCAL_WORLD_SIZE)
   // driver

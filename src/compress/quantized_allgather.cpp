@@ -40,7 +40,7 @@ int64_t QuantizedAllgather::bytes_uncompressed(at::ScalarType dtype) const {
 }
 
 comm::WorkPtr QuantizedAllgather::run_async(comm::ProcessGroup& group, at::Tensor out,
-                                            at::Tensor in) {
+                                            const at::Tensor& in) {
   LOCKSTEP_CHECK_EQ(group.size(), world_, "the plan was made for another world size");
   LOCKSTEP_CHECK(gather_dtype_ok(in.scalar_type()) && gather_dtype_ok(out.scalar_type()),
                  "quantized all-gather takes float32, bfloat16 or float16, not ",

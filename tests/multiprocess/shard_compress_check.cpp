@@ -48,6 +48,7 @@ void check_reduce_scatter_bound(lockstep::ProcessGroup& g, int64_t n, int bits, 
   at::Tensor in = inputs(me, P * n, dt), out = at::empty({n}, in.options());
   rs.run(g, out, in, /*average=*/true);
   std::vector<at::Tensor> all;
+  all.reserve(size_t(P));
   for (int r = 0; r < P; ++r) all.push_back(inputs(r, P * n, dt).to(at::kFloat));
   const at::Tensor got = out.to(at::kDouble);
   const double eps = dt == at::kFloat ? 1e-6 : 8e-3;
@@ -169,13 +170,14 @@ void check_allgather(lockstep::ProcessGroup& g, int64_t n, int bits, at::ScalarT
       tally::format("all-gather n=%ld bits=%d -> %s", long(n), bits, c10::toString(out_dt));
   tally::check(tag + ": every value within half a unit", worst <= 1,
                tally::format("worst err / bound %.3f (<= 1)", worst));
-  at::Tensor all = at::empty({P * P * n}, out_dt);
+  const int64_t whole = int64_t(P) * P * n;  // every rank's gathered buffer
+  at::Tensor all = at::empty({whole}, out_dt);
   g.allgather(all, out)->wait();
   bool same = true;
   for (int r = 0; r < P; ++r)
-    same = same && std::memcmp(all.data_ptr(),
-                               static_cast<char*>(all.data_ptr()) + r * P * n * out.element_size(),
-                               size_t(P * n * out.element_size())) == 0;
+    same =
+        same && std::memcmp(all.data_ptr(), static_cast<char*>(all.data_ptr()) + r * out.nbytes(),
+                            out.nbytes()) == 0;
   tally::check(tag + ": every rank holds the same bits", same);
 }
 

@@ -43,7 +43,7 @@ class QuantizedAllgather {
   // in: this rank's part_numel values; out: world_size * part_numel values; both contiguous
   // CPU float32 / bfloat16 / float16 (dtypes may differ). One composite op; `in`, `out` and
   // this object stay untouched until the work completed.
-  comm::WorkPtr run_async(comm::ProcessGroup& group, at::Tensor out, at::Tensor in);
+  comm::WorkPtr run_async(comm::ProcessGroup& group, at::Tensor out, const at::Tensor& in);
   // Bytes this rank sends per call, and what a plain all-gather of `in`'s dtype sends.
   int64_t bytes_sent() const;
   int64_t bytes_uncompressed(at::ScalarType dtype) const;
