@@ -180,7 +180,9 @@ void FlatUnit::free_after_forward() {
   if (secondary_ != nullptr && sharded() && state_ != State::Free) {
     wait_gathered();
     const int64_t n = padded_ / secondary_->size();
-    secondary_shard_ = full_.narrow(0, secondary_->rank() * n, n).clone();
+    at::NoGradGuard no_grad;
+    secondary_shard_ = pool_.empty(n, full_.options());  // pooled, as every unit-sized buffer
+    secondary_shard_.copy_(full_.narrow(0, secondary_->rank() * n, n));
   }
   free_full();
 }
