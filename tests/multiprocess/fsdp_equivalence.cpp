@@ -519,6 +519,15 @@ void secondary_shards(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
     check(tag + ": secondary shards held between forward and backward",
           held_plain == 0 && held_hpz > 0, tally::format("%ld bytes", long(held_hpz)));
   }
+  // A secondary group that is not the node (ranks {0, 2} and {1, 3}): every rank refuses.
+  auto wrong = lockstep::init_split(r % 2);
+  fsdp::FSDPOptions o;
+  o.secondary_group = wrong;
+  torch::manual_seed(11);
+  const std::string what =
+      error_of([&] { lockstep::FullyShardedDataParallel f(std::make_shared<Net>(), pg, o); });
+  check("hpZ: a secondary group other than the node is refused on every rank",
+        what.find("must hold the ranks node * L") != std::string::npos, what);
 }
 
 // --- sharded checkpoints ----------------------------------------------------------------

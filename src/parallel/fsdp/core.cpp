@@ -192,7 +192,8 @@ void FSDPCore::build_units(std::vector<Candidate> candidates, const std::vector<
   ready_.assign(units_.size(), false);
 }
 
-// hpZ's group must be this rank's node inside the FSDP group: ranks node * L + local.
+// hpZ's group must be this rank's node inside the FSDP group: ranks node * L + local. The
+// check is agreed on (one allreduce), so every rank raises, not only those that see it.
 void FSDPCore::check_secondary_group() {
   const auto& sec = options_.secondary_group;
   if (!sec) return;
@@ -201,12 +202,14 @@ void FSDPCore::check_secondary_group() {
         "FSDPOptions::secondary_group (hpZ) needs ShardingStrategy::FullShard, not ",
         strategy_name(options_.strategy), ": only full_shard gathers again for backward"));
   const int L = sec->size(), P = group_->size();
-  if (P % L != 0 || group_->rank() % L != sec->rank())
+  at::Tensor bad = at::full({1}, P % L != 0 || group_->rank() % L != sec->rank() ? 1 : 0, at::kInt);
+  group_->allreduce(bad, {comm::ReduceOp::Max, comm::Millis(0)})->wait();
+  if (bad.item<int>() != 0)
     throw InvalidArgument(detail::concat(
         "FSDPOptions::secondary_group (hpZ): rank ", group_->rank(), " of the FSDP group (", P,
         " ranks) is rank ", sec->rank(), " of ", L,
-        " in the secondary group; it must hold the ranks node * L + 0..L-1 of the FSDP group "
-        "(lockstep::init_split(rank / L))"));
+        " in the secondary group, and some rank's is not its node; it must hold the ranks "
+        "node * L + 0..L-1 of the FSDP group (lockstep::init_split(rank / L))"));
   if (L == 1 || L == P) options_.secondary_group.reset();  // nothing to save
 }
 
