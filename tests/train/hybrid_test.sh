@@ -5,7 +5,9 @@
 #  (b) follows full_shard over the 4 ranks (the same averages, summed in another order):
 #      final loss within 1e-3, AUC within 0.005;
 #  (c) a run stopped at step 7 resumes bit for bit (every replica reads the first's shards);
-#  plus the error: hybrid_shard under fault tolerance.
+#  (d) full_shard with secondary_shards (hpZ: the backward gathers inside each node) ends
+#      with full_shard's parameters bit for bit, sending fewer bytes;
+#  plus the errors: hybrid_shard under fault tolerance, secondary_shards without full_shard.
 set -uo pipefail
 RUN=$1 TRAIN=$2 SRC=$4
 CFG=$SRC/configs/ctsm-fsdp.toml
@@ -51,7 +53,19 @@ grep -q "resumed from .*step-00000007 at step 7" p2.log || { cat p2.log; fail "d
 same_losses "$W/h" "$W/p"
 same_summary "$W/h" "$W/p" param_crc32 final_loss metrics.auc
 
+echo "== (d) full_shard with hpZ's secondary shards"
+nodes --set run.out_dir="$W/s" --set strategy.secondary_shards=true > s.log 2>&1 || { cat s.log; fail "hpZ run"; }
+same_summary "$W/f" "$W/s" param_crc32 final_loss metrics.auc
+a=$(summary "$W/f/summary.json" bytes_per_step) b=$(summary "$W/s/summary.json" bytes_per_step)
+echo "bytes per step: $a full_shard, $b with hpZ (its backward gathers over 2 ranks, not 4)"
+(( b < a )) || fail "hpZ did not shrink the backward gathers"
+
 echo "== errors"
+"$TRAIN" "$CFG" "${hybrid[@]}" --set strategy.secondary_shards=true > sec.log 2>&1; rc=$?
+cat sec.log
+[[ $rc == 2 ]] || fail "secondary_shards with hybrid_shard exited $rc"
+grep -q "'strategy.secondary_shards' = true keeps FSDP full_shard's parameters" sec.log ||
+  fail "secondary_shards message"
 "$TRAIN" "$CFG" "${hybrid[@]}" --set fault_tolerance.enable=true > ft.log 2>&1; rc=$?
 cat ft.log
 [[ $rc == 2 ]] || fail "hybrid_shard under fault tolerance exited $rc"

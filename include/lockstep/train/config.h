@@ -124,6 +124,9 @@ struct StrategyConfig {
   // qsgd_bucket_size values per bucket.
   int64_t gather_bits = 0;
   int64_t reduce_bits = 0;
+  // FSDPOptions::secondary_group (ZeRO++'s hpZ, full_shard): the node's ranks keep a
+  // secondary shard from forward to backward, so the backward gather stays in the node.
+  bool secondary_shards = false;
 };
 
 // The quality gate. The workload names the metrics it can gate on

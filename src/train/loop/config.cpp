@@ -103,6 +103,7 @@ void declare_strategy_keys(ConfigSchema& s, StrategyConfig& c) {
   s.boolean("strategy.forward_prefetch", c.forward_prefetch);
   s.i64("strategy.gather_bits", c.gather_bits, 0, 8);
   s.i64("strategy.reduce_bits", c.reduce_bits, 0, 8);
+  s.boolean("strategy.secondary_shards", c.secondary_shards);
 }
 
 // [precision], [memory] and the options of anyprecision_adamw (docs/precision.md).
@@ -279,6 +280,14 @@ void validate_fault_tolerance_keys(const TrainConfig& c, const toml::table& root
 // sharded FSDP strategy has them.
 void validate_fsdp_compression_keys(const TrainConfig& c, const toml::table& root) {
   const auto& st = c.strategy;
+  if (st.secondary_shards && (st.kind != "fsdp" || st.sharding != "full_shard")) {
+    const toml::node* n = root["strategy"]["secondary_shards"].node();
+    throw ConfigError((n ? where(*n) : c.source + ": ") +
+                      "key 'strategy.secondary_shards' = true keeps FSDP full_shard's "
+                      "parameters in the node for backward, but strategy.kind = \"" +
+                      st.kind + "\", sharding = \"" + st.sharding +
+                      "\": set kind = \"fsdp\" and sharding = \"full_shard\", or false");
+  }
   for (const auto& [key, bits] : {std::pair<const char*, int64_t>{"gather_bits", st.gather_bits},
                                   {"reduce_bits", st.reduce_bits}}) {
     if (bits == 0) continue;

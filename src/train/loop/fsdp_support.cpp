@@ -30,18 +30,24 @@ fsdp::FSDPOptions fsdp_options(const StrategyConfig& s, uint64_t seed) {
 std::shared_ptr<comm::ProcessGroup> fsdp_group(const StrategyConfig& s,
                                                std::shared_ptr<comm::ProcessGroup> world,
                                                fsdp::FSDPOptions& o) {
-  if (s.sharding != "hybrid_shard") return world;
+  const bool hybrid = s.sharding == "hybrid_shard";
+  if (!hybrid && !s.secondary_shards) return world;
   const int P = world->size(), r = world->rank();
   const int L = comm::LaunchEnv::from_environment().local_world_size;
   if (L <= 0 || P % L != 0)
-    throw ConfigError(detail::concat("strategy.sharding = \"hybrid_shard\": ", env::kLocalWorldSize,
-                                     " = ", L, " does not divide the job's ", P,
-                                     " ranks; start every node with the same --nproc-per-node"));
+    throw ConfigError(detail::concat(
+        "strategy.", hybrid ? "sharding = \"hybrid_shard\"" : "secondary_shards = true", ": ",
+        env::kLocalWorldSize, " = ", L, " does not divide the job's ", P,
+        " ranks; start every node with the same --nproc-per-node"));
   comm::InitOptions io;
   io.backend = s.backend;
-  auto shard = comm::init_split(r / L, io);
+  auto node = comm::init_split(r / L, io);
+  if (!hybrid) {  // hpZ: the node's ranks hold the secondary shards
+    o.secondary_group = std::move(node);
+    return world;
+  }
   o.replicate_group = comm::init_split(r % L, io);
-  return shard;
+  return node;
 }
 
 }  // namespace lockstep::train

@@ -15,8 +15,8 @@ fsdp::FSDPOptions fsdp_options(const StrategyConfig& s, uint64_t seed);
 
 // The group FSDP shards over: `world` itself, or under sharding = "hybrid_shard" this
 // rank's node (the LOCAL_WORLD_SIZE ranks lockstep-run numbers node * L + local), with
-// `o.replicate_group` set to the ranks of this local rank on every node. Collective under
-// hybrid_shard (two init_split calls over the job).
+// `o.replicate_group` set to the ranks of this local rank on every node. With
+// secondary_shards, `o.secondary_group` is the node (hpZ). Collective then (init_split).
 std::shared_ptr<comm::ProcessGroup> fsdp_group(const StrategyConfig& s,
                                                std::shared_ptr<comm::ProcessGroup> world,
                                                fsdp::FSDPOptions& o);
