@@ -77,6 +77,37 @@ TEST(TrainConfig, Defaults) {
   EXPECT_EQ(toy(l).validated_source, "test.toml");
 }
 
+TEST(TrainConfig, GateThresholdInTheMetricsRange) {
+  // The default gate rule (Workload::gate_rule): higher is better, thresholds in [0, 1].
+  const std::string m = error_of("[eval]\nthreshold = 1.5\n");
+  EXPECT_NE(m.find("test.toml:2:"), std::string::npos) << m;
+  EXPECT_NE(m.find("key 'eval.threshold' = 1.5 is out of range [0, 1] for eval.metric "
+                   "'accuracy' (higher is better)"),
+            std::string::npos)
+      << m;
+  EXPECT_FALSE(parse("").config.eval.lower_is_better);
+  EXPECT_EQ(parse("[eval]\nthreshold = 1\n").config.eval.threshold, 1.0);
+}
+
+TEST(TrainConfig, RegistryDefaultServesConfigsWithoutWorkload) {
+  WorkloadRegistry r = registry();
+  r.add("other", [] { return std::make_unique<ToyConfigWorkload>(); });
+  try {
+    parse_config("[optim]\nlr = 0.1\n", "test.toml", r);
+    FAIL() << "two workloads and no run.workload: no error";
+  } catch (const lockstep::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("[run] workload is not set (registered workloads: "
+                                         "other, toy)"),
+              std::string::npos)
+        << e.what();
+  }
+  r.set_default("toy");
+  EXPECT_EQ(parse_config("[optim]\nlr = 0.1\n", "test.toml", r).config.run.workload, "toy");
+  EXPECT_EQ(parse_config("[run]\nworkload = \"other\"\n", "test.toml", r).config.run.workload,
+            "other");
+  EXPECT_THROW(r.set_default("nope"), lockstep::InvalidArgument);
+}
+
 TEST(TrainConfig, UnknownKeyNamesKeyAndLine) {
   const std::string m = error_of("[optim]\nlr = 0.01\nlearning_rate = 3\n");
   EXPECT_NE(m.find("test.toml:3:"), std::string::npos) << m;

@@ -133,7 +133,9 @@ struct StrategyConfig {
 // (Workload::gate_metrics) and may add its own keys to [eval] (e.g. eval.k).
 struct EvalConfig {
   std::string metric;      // default: the workload's first gate metric
-  double threshold = 0.7;  // export only if metric >= threshold
+  double threshold = 0.7;  // export only if metric >= threshold (<= when lower_is_better)
+  // Not a TOML key: the workload's Workload::gate_rule(metric).lower_is_better.
+  bool lower_is_better = false;
   // > 0: evaluate every this many steps too (metrics/eval.csv: quality against time).
   int64_t every_steps = 0;
 };

@@ -83,6 +83,12 @@ struct EvalResult {
   double value(const std::string& name) const;
 };
 
+// How the quality gate reads one of the workload's metrics (Workload::gate_rule).
+struct GateRule {
+  bool lower_is_better = false;  // false: passes when value >= eval.threshold; true: <=
+  double min = 0, max = 1;       // the values eval.threshold may take (inclusive)
+};
+
 // What the trainer knows of the run, for the exported model's card.
 struct ExportInfo {
   std::string dir;  // <run.out_dir>/export
@@ -112,6 +118,14 @@ class Workload {
   virtual void validate_config(const std::string& source) { (void)source; }
   // The metrics `eval.metric` may name (the gate); the first is the default.
   virtual std::vector<std::string> gate_metrics() const = 0;
+  // How the gate compares `metric` (one of gate_metrics()) with eval.threshold, and the
+  // thresholds that make sense for it (others are a config error). The default suits a
+  // score in [0, 1] where higher is better (AUC, accuracy); a loss or a perplexity says
+  // lower_is_better with its own range.
+  virtual GateRule gate_rule(const std::string& metric) const {
+    (void)metric;
+    return {};
+  }
 
   // ---- data
   // Makes sure the data exists (generating it, if the workload can): collective, called
@@ -168,9 +182,15 @@ class WorkloadRegistry {
   size_t size() const { return factories_.size(); }
   // The only registered name when there is exactly one, else "".
   std::string only() const { return factories_.size() == 1 ? factories_.begin()->first : ""; }
+  // The workload of a config without run.workload when several are registered (a program
+  // that added one later keeps its old configs working); InvalidArgument if not registered.
+  void set_default(const std::string& name);
+  // set_default's name, else only().
+  std::string default_name() const { return default_.empty() ? only() : default_; }
 
  private:
   std::map<std::string, WorkloadFactory> factories_;
+  std::string default_;
 };
 
 }  // namespace lockstep::train

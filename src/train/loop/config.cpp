@@ -157,7 +157,7 @@ void declare_trainer_keys(ConfigSchema& s, TrainConfig& c,
   declare_strategy_keys(s, c.strategy);
   declare_precision_keys(s, c);
   s.one_of("eval.metric", c.eval.metric, gate_metrics);
-  s.f64("eval.threshold", c.eval.threshold, 0, 1);
+  s.f64("eval.threshold", c.eval.threshold, -1e300);  // the metric's range: check_gate()
   s.i64("eval.every_steps", c.eval.every_steps, 0);
   s.i64("checkpoint.every_steps", c.checkpoint.every_steps, 0);
   s.i64("checkpoint.keep", c.checkpoint.keep, 1);
@@ -332,12 +332,28 @@ void validate_trainer_keys(const TrainConfig& c, const toml::table& root) {
   }
 }
 
-// run.workload from the (overridden) document, or the registry's only workload.
+// eval.threshold within the range of the gated metric (Workload::gate_rule), and the
+// gate's direction.
+void check_gate(TrainConfig& c, const toml::table& root, const Workload& workload) {
+  const GateRule rule = workload.gate_rule(c.eval.metric);
+  c.eval.lower_is_better = rule.lower_is_better;
+  if (c.eval.threshold >= rule.min && c.eval.threshold <= rule.max) return;
+  const toml::node* n = root["eval"]["threshold"].node();
+  std::ostringstream os;
+  os << (n ? where(*n) : c.source + ": ") << "key 'eval.threshold' = " << c.eval.threshold
+     << (n ? "" : " (the default)") << " is out of range [" << rule.min << ", " << rule.max
+     << "] for eval.metric '" << c.eval.metric << "' ("
+     << (rule.lower_is_better ? "lower" : "higher") << " is better)"
+     << (n ? "" : ": set eval.threshold");
+  throw ConfigError(os.str());
+}
+
+// run.workload from the (overridden) document, or the registry's default workload.
 std::string workload_name(const toml::table& root, const std::string& source,
                           const WorkloadRegistry& registry) {
   const toml::node* n = root["run"]["workload"].node();
   if (!n) {
-    if (registry.size() == 1) return registry.only();
+    if (!registry.default_name().empty()) return registry.default_name();
     throw ConfigError(source + ": [run] workload is not set (registered workloads: " +
                       (registry.size() ? registry.names() : std::string("none")) + ")");
   }
@@ -431,6 +447,7 @@ LoadedConfig finish(toml::table& root, const std::string& source, const Workload
   if (c.run.name.empty()) c.run.name = name;
   if (c.run.out_dir.empty()) c.run.out_dir = "out/" + name;
   if (c.eval.metric.empty()) c.eval.metric = gate_metrics.front();
+  check_gate(c, root, *out.workload);
   if (c.checkpoint.dir.empty()) c.checkpoint.dir = c.run.out_dir + "/checkpoints";
   std::ostringstream js;
   js << toml::json_formatter{root};

@@ -25,6 +25,11 @@ void WorkloadRegistry::add(const std::string& name, WorkloadFactory factory) {
   factories_.emplace(name, std::move(factory));
 }
 
+void WorkloadRegistry::set_default(const std::string& name) {
+  LOCKSTEP_CHECK(contains(name), "default workload '", name, "' is not registered");
+  default_ = name;
+}
+
 std::unique_ptr<Workload> WorkloadRegistry::create(const std::string& name) const {
   auto it = factories_.find(name);
   if (it == factories_.end())

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <iostream>
 #include <sstream>
 
@@ -17,8 +18,11 @@ namespace {
 void say(const std::string& s) { std::cout << "[lockstep-train] " << s << std::endl; }
 
 json gate_json(const GateDecision& g) {
-  return {
-      {"metric", g.metric}, {"threshold", g.threshold}, {"value", g.value}, {"passed", g.passed}};
+  return {{"metric", g.metric},
+          {"threshold", g.threshold},
+          {"value", g.value},
+          {"better", g.lower_is_better ? "lower" : "higher"},
+          {"passed", g.passed}};
 }
 
 ExportResult export_if_passed(const TrainConfig& cfg, Workload& workload, const EvalResult& r,
@@ -126,12 +130,13 @@ void print_summary(const TrainConfig& cfg, const EvalResult& r, const RunStats& 
 void print_gate(const GateDecision& g, const ExportResult& exported) {
   if (g.passed) {
     say("quality gate passed: " + g.metric + " " + std::to_string(g.value) +
-        " >= " + std::to_string(g.threshold) + "\n  model: " + exported.model_path +
-        "\n  card:  " + exported.card_path);
+        (g.lower_is_better ? " <= " : " >= ") + std::to_string(g.threshold) +
+        "\n  model: " + exported.model_path + "\n  card:  " + exported.card_path);
   } else {
     std::cerr << "[lockstep-train] quality gate FAILED: " << g.metric << " " << g.value
-              << " < threshold " << g.threshold << " (missed by " << g.threshold - g.value
-              << "); model not exported" << std::endl;
+              << (g.lower_is_better ? " > threshold " : " < threshold ") << g.threshold
+              << " (missed by " << std::abs(g.threshold - g.value) << "); model not exported"
+              << std::endl;
   }
 }
 
@@ -142,7 +147,8 @@ GateDecision decide_gate(const TrainConfig& cfg, const EvalResult& result) {
   g.metric = cfg.eval.metric;
   g.threshold = cfg.eval.threshold;
   g.value = result.value(cfg.eval.metric);
-  g.passed = g.value >= g.threshold;
+  g.lower_is_better = cfg.eval.lower_is_better;
+  g.passed = g.lower_is_better ? g.value <= g.threshold : g.value >= g.threshold;
   return g;
 }
 

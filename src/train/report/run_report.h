@@ -50,6 +50,7 @@ struct RunStats {
 struct GateDecision {
   std::string metric;
   double threshold = 0, value = 0;
+  bool lower_is_better = false;  // passed: value <= threshold (else value >= threshold)
   bool passed = false;
 };
 
