@@ -39,7 +39,7 @@ TORCH2_TARGETS := unit_launch unit_comm unit_data unit_ddp unit_compress unit_nu
 TORCH2_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics|cuda|cuda_stream)$$|(collectives|ddp_equivalence|fsdp_equivalence|powersgd|diloco)_(shm|gloo)_np2|mismatch_detected_(shm|gloo)|packaging_(install|consumer_cmake)|tensorboard_reader|train_(resume|async_ckpt|diloco)$$|powersgd_torch_(reference|shm|gloo))
 
 .PHONY: all deps deps-bench deps-torch2 configure build test test-slow test-hosts test-asan test-tsan test-nompi \
-        test-torch2 test-python package lint format demo demo-fashion-mnist bench clean
+        test-torch2 test-python package lint format demo demo-lm demo-fashion-mnist bench clean
 
 all: build
 
@@ -132,6 +132,14 @@ demo: configure
 	cmake --build $(BUILD) -j$(JOBS) --target lockstep-run lockstep-train
 	$(BUILD)/apps/lockstep-run --nproc-per-node $(NPROC) --master-port 0 \
 	  $(BUILD)/apps/lockstep-train/lockstep-train configs/ctsm-demo.toml
+
+# The language model: a byte-level decoder-only transformer trained on the King James Bible
+# (Debian's bible-kjv-text) on $(NPROC) local ranks with FSDP, bf16 parameters and activation
+# checkpointing; prints the held-out perplexity (its quality gate) and a generated sample.
+demo-lm: configure
+	cmake --build $(BUILD) -j$(JOBS) --target lockstep-run lockstep-train
+	$(BUILD)/apps/lockstep-run --nproc-per-node $(NPROC) --master-port 0 \
+	  $(BUILD)/apps/lockstep-train/lockstep-train configs/lm-fsdp.toml
 
 # The first real job: a convnet trained on Fashion-MNIST with DDP.
 demo-fashion-mnist: configure

@@ -22,6 +22,7 @@ pkgs=(
   libssl-dev            # OpenSSL's libcrypto: HMAC-SHA256 proofs of the rendezvous token
   libcli11-dev nlohmann-json3-dev libtomlplusplus-dev
   dataset-fashion-mnist # real data for the demo and the accuracy tests
+  bible-kjv bible-kjv-text  # the lm workload's corpus: the KJV text and its reader (`bible`)
   iproute2              # ip netns / tc for the thin-link benchmarks
   procps bc             # ps, bc: used by the fault tests
   python3               # tests/train/read_tfevents.py: an independent TensorBoard reader

@@ -1,8 +1,10 @@
 // lockstep-train CONFIG [--resume] [--generate-only] [--yes] [--set section.key=value ...]
 // The config-driven trainer (docs/trainer.md) with the workloads this program knows
-// (today: the CTSM recommender, workloads/ctsm). Exit codes: 0 ok, 1 error,
+// (the CTSM recommender, workloads/ctsm, and the byte-level language model, workloads/lm).
+// Exit codes: 0 ok, 1 error,
 // 2 configuration error or bad command line, 3 quality gate missed (model not exported).
 #include <ctsm/workload.h>
+#include <lm/workload.h>
 #include <lockstep/data/data_error.h>
 #include <lockstep/launch/cli.h>
 #include <lockstep/launch/error_file.h>
@@ -32,7 +34,9 @@ int main(int argc, char** argv) {
   if (auto rc = lockstep::launch::parse_command_line(app, argc, argv, std::cout, std::cerr))
     return *rc;
   WorkloadRegistry registry;
-  ctsm::register_workload(registry);  // run.workload = "ctsm" (the default: the only one)
+  ctsm::register_workload(registry);  // run.workload = "ctsm"
+  lm::register_workload(registry);    // run.workload = "lm"
+  registry.set_default("ctsm");       // a config without run.workload (as before lm)
   try {
     LoadedConfig setup = load_config(config, registry, overrides);
     setup.config.run.assume_yes = yes;

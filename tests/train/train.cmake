@@ -23,6 +23,15 @@ lockstep_unity_torch_first(unit_ctsm)
 target_compile_definitions(unit_ctsm PRIVATE LOCKSTEP_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 lockstep_register_gtest(unit_ctsm)
 
+# The language-model workload's unit tests (tokenizer, corpus split, windows, model, config).
+file(GLOB LM_UNIT_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/unit/test_lm_*.cpp)
+add_executable(unit_lm ${LM_UNIT_TESTS})
+target_link_libraries(unit_lm PRIVATE lockstep_lm GTest::gtest_main)
+lockstep_unity_torch_first(unit_lm)
+# test_lm_config.cpp loads the shipped configs/lm-*.toml.
+target_compile_definitions(unit_lm PRIVATE LOCKSTEP_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+lockstep_register_gtest(unit_lm)
+
 # Reloads an exported model and scores the backtest period with it (used by train_e2e).
 add_executable(ctsm_score_exported ${PROJECT_SOURCE_DIR}/tests/train/score_exported.cpp)
 target_link_libraries(ctsm_score_exported PRIVATE lockstep_ctsm)
@@ -65,6 +74,11 @@ set_tests_properties(train_powersgd PROPERTIES LABELS "train;multiprocess" TIMEO
 add_test(NAME train_precision
          COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/precision_test.sh ${TRAIN_TEST_ARGS})
 set_tests_properties(train_precision PROPERTIES LABELS "train;multiprocess" TIMEOUT 300)
+
+# The language model (configs/lm-tiny.toml): FSDP + bf16 + activation checkpointing on 2 ranks
+# reaches its perplexity gate and exports with a sample; gate miss; config and corpus errors.
+add_test(NAME train_lm COMMAND bash ${PROJECT_SOURCE_DIR}/tests/train/lm_test.sh ${TRAIN_TEST_ARGS})
+set_tests_properties(train_lm PROPERTIES LABELS "train;multiprocess" TIMEOUT 240)
 
 # strategy.kind = "diloco": bytes against DDP, Streaming DiLoCo resumed mid-round bit for bit
 # (async and sync checkpoints), world-size and key errors (tests/train/diloco_test.sh).

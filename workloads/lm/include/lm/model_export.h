@@ -1,0 +1,32 @@
+// lm/model_export.h: the published artifact of a run that passed its gate.
+//
+// <dir>/lm.pt is torch::save of the Lm module (load it with load_exported_model, or with
+// torch::load into an Lm built from the card's "model" options); <dir>/model_card.json
+// records what it is and how good: held-out perplexity and the threshold it cleared, the
+// corpus and its split, the configuration, a generated sample, the git revision, the
+// parameter count. Both written atomically.
+#pragma once
+
+#include <lm/model.h>
+
+#include <string>
+
+namespace lm {
+
+struct ModelCard {
+  std::string run_name;
+  std::string config_json;   // the effective configuration
+  std::string metrics_json;  // held-out metrics (with the sample)
+  std::string data_json;     // the corpus, its fingerprint and split
+  std::string gate_json;     // metric, threshold, value, passed
+  int64_t steps = 0;
+  int world_size = 1;
+};
+
+// Writes lm.pt and model_card.json into `dir`; returns the card's path.
+std::string export_model(Lm& model, const ModelCard& card, const std::string& dir);
+// Loads an exported model: reads the card's model options, builds an Lm, loads the weights;
+// the model comes back in eval mode.
+Lm load_exported_model(const std::string& dir);
+
+}  // namespace lm

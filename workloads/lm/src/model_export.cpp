@@ -1,0 +1,84 @@
+#include <lm/model_export.h>
+
+#include "command.h"
+
+#include <lockstep/train/atomic_file.h>
+
+#include <nlohmann/json.hpp>
+
+#include <ctime>
+#include <filesystem>
+#include <sstream>
+
+namespace lm {
+namespace {
+
+// `git rev-parse HEAD` in the current directory, or null when unavailable.
+nlohmann::json git_revision_json() {
+  CommandOutput out = run_command("git rev-parse HEAD 2>/dev/null");
+  while (!out.text.empty() && (out.text.back() == '\n' || out.text.back() == ' '))
+    out.text.pop_back();
+  if (out.status != 0 || out.text.size() != 40) return nullptr;
+  return out.text;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  char ts[32];
+  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return ts;
+}
+
+}  // namespace
+
+std::string export_model(Lm& model, const ModelCard& card, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  std::ostringstream weights;
+  torch::save(model, weights);
+  lockstep::train::write_file_atomic(dir + "/lm.pt", weights.str());
+  const LmOptions& o = model->options();
+  nlohmann::json j;
+  j["format"] = "lockstep-lm-model-card";
+  j["version"] = 1;
+  j["run"] = card.run_name;
+  j["model"] = {{"type", "decoder-only transformer, byte-level, tied embeddings"},
+                {"vocab", o.vocab},
+                {"context", o.context},
+                {"d_model", o.d_model},
+                {"heads", o.heads},
+                {"layers", o.layers},
+                {"d_ff", o.d_ff},
+                {"dropout", o.dropout},
+                {"parameters", count_parameters(*model)},
+                {"weights", "lm.pt"}};
+  j["tokenizer"] = {{"type", "bytes"}, {"vocab", 256}};
+  j["metrics"] = nlohmann::json::parse(card.metrics_json);
+  j["gate"] = nlohmann::json::parse(card.gate_json);
+  j["data"] = nlohmann::json::parse(card.data_json);
+  j["config"] = nlohmann::json::parse(card.config_json);
+  j["training"] = {{"steps", card.steps}, {"world_size", card.world_size}};
+  j["git_revision"] = git_revision_json();
+  j["created_at"] = utc_now();
+  const std::string path = dir + "/model_card.json";
+  lockstep::train::write_file_atomic(path, j.dump(2) + "\n");
+  return path;
+}
+
+Lm load_exported_model(const std::string& dir) {
+  const auto j = nlohmann::json::parse(lockstep::train::read_file(dir + "/model_card.json"));
+  const auto& m = j.at("model");
+  LmOptions o;
+  o.vocab = m.at("vocab");
+  o.context = m.at("context");
+  o.d_model = m.at("d_model");
+  o.heads = m.at("heads");
+  o.layers = m.at("layers");
+  o.d_ff = m.at("d_ff");
+  o.dropout = m.at("dropout");
+  Lm model(o);
+  torch::load(model, dir + "/" + m.at("weights").get<std::string>());
+  model->eval();
+  return model;
+}
+
+}  // namespace lm
