@@ -115,6 +115,6 @@ grep -q "'strategy.comm_hook' = 'bf16' is a DDP communication hook" hook.log || 
 one --set strategy.sharding=zero3 > shard.log 2>&1; rc=$?
 cat shard.log
 [[ $rc == 2 ]] || fail "unknown sharding exited $rc"
-grep -q "'strategy.sharding' = 'zero3' is not one of: full_shard, shard_grad_op, no_shard" shard.log ||
+grep -q "'strategy.sharding' = 'zero3' is not one of: full_shard, shard_grad_op, no_shard, hybrid_shard" shard.log ||
   fail "sharding message"
 echo "PASS"

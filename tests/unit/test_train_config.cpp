@@ -243,7 +243,7 @@ forward_prefetch = true
   EXPECT_FALSE(s.backward_prefetch);
   EXPECT_TRUE(s.forward_prefetch);
   // Every name the schema allows is one fsdp::parse_strategy knows.
-  for (const char* name : {"full_shard", "shard_grad_op", "no_shard"}) {
+  for (const char* name : {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"}) {
     const auto l = parse("", {"strategy.kind=fsdp", std::string("strategy.sharding=") + name});
     EXPECT_EQ(
         lockstep::fsdp::strategy_name(lockstep::fsdp::parse_strategy(l.config.strategy.sharding)),
@@ -262,7 +262,7 @@ TEST(TrainConfig, FsdpBadValuesNameKeyLineAndChoices) {
   };
   expect("sharding = \"zero3\"\n", "3",
          "key 'strategy.sharding' = 'zero3' is not one of: full_shard, shard_grad_op, "
-         "no_shard");
+         "no_shard, hybrid_shard");
   expect("wrap = \"auto\"\n", "3", "key 'strategy.wrap' = 'auto' is not one of: all, size");
   expect("\nwrap_min_params = 0\n", "4",
          "key 'strategy.wrap_min_params' = 0 is out of range [1, inf]");
@@ -277,10 +277,11 @@ TEST(TrainConfig, FsdpBadValuesNameKeyLineAndChoices) {
          "unknown key 'strategy.sharding_strategy' (known keys in [strategy]: backend, "
          "backward_prefetch, comm_hook, diloco_compression, diloco_fragments, "
          "diloco_inner_steps, diloco_mixing, diloco_nesterov, diloco_outer_lr, "
-         "diloco_outer_momentum, diloco_overlap_steps, forward_prefetch, kind, param_dtype, "
-         "powersgd_error_feedback, powersgd_min_compression_rate, powersgd_rank, "
-         "powersgd_start_iter, powersgd_warm_start, qsgd_bits, qsgd_bucket_size, reduce_dtype, "
-         "sharding, wrap, wrap_min_params)");
+         "diloco_outer_momentum, diloco_overlap_steps, forward_prefetch, gather_bits, kind, "
+         "param_dtype, powersgd_error_feedback, powersgd_min_compression_rate, powersgd_rank, "
+         "powersgd_start_iter, powersgd_warm_start, qsgd_bits, qsgd_bucket_size, reduce_bits, "
+         "reduce_dtype, secondary_shards, sharding, wrap, wrap_min_params)");
+  expect("gather_bits = 16\n", "3", "key 'strategy.gather_bits' = 16 is out of range [0, 8]");
 }
 
 TEST(TrainConfig, PowerSgdKeys) {
