@@ -3,8 +3,11 @@
 # bible-kjv-text, FSDP full_shard + bf16 parameters + activation checkpointing, 2 ranks):
 #  (a) trains with finite losses, passes its perplexity gate (lower is better) with a
 #      perplexity below a stated bound, and exports weights and a card holding a sample;
-#  (b) a gate it cannot pass (perplexity <= 1.0) exits 3 and says by how much it missed;
-#  (c) a typo in [model] and a missing corpus file are refused naming the cause.
+#  (b) a run stopped at step 60 (of 100) and resumed from its sharded checkpoint logs the same
+#      losses on both ranks and ends with the same parameters and perplexity (the training
+#      windows replay from (seed, epoch, rank));
+#  (c) a gate it cannot pass (perplexity <= 1.0) exits 3 and says by how much it missed;
+#  (d) a typo in [model] and a missing corpus file are refused naming the cause.
 set -uo pipefail
 RUN=$1 TRAIN=$2 SCORE=$3 SRC=$4
 CFG=$SRC/configs/lm-tiny.toml
@@ -43,7 +46,20 @@ PY
 [[ -s $W/run/export/lm.pt ]] || fail "no exported weights"
 grep -q "  sample (temperature 0.80, seed 1):" run.log || { cat run.log; fail "no sample in the report"; }
 
-echo "== (b) a gate it cannot pass"
+echo "== (b) stopped at step 60 and resumed: the same run bit for bit"
+# 100 steps, scoring 2 kB, no sample, no gate to speak of: the check is the replay.
+short=(--set train.max_steps=100 --set eval.max_tokens=2000 --set eval.sample_tokens=0 --set eval.threshold=256)
+two() { "$RUN" --nproc-per-node 2 --master-port 0 "$TRAIN" "$CFG" "${common[@]}" "${short[@]}" "$@"; }
+two --set run.out_dir="$W/full" > full.log 2>&1 || { cat full.log; fail "uninterrupted 100 steps"; }
+two --set run.out_dir="$W/part" --set train.stop_after_steps=60 > part1.log 2>&1 ||
+  { cat part1.log; fail "first part"; }
+grep -q "stopped after step 60" part1.log || { cat part1.log; fail "did not stop at step 60"; }
+two --set run.out_dir="$W/part" --resume > part2.log 2>&1 || { cat part2.log; fail "resumed part"; }
+grep -q "resumed from .*step-00000060 at step 60" part2.log || { cat part2.log; fail "did not resume at 60"; }
+same_losses "$W/full" "$W/part"
+same_summary "$W/full" "$W/part" param_crc32 metrics.perplexity
+
+echo "== (c) a gate it cannot pass"
 "$TRAIN" "$CFG" --set run.out_dir="$W/miss" "${common[@]}" --set strategy.kind=single \
   --set train.max_steps=2 --set eval.threshold=1.0 --set eval.max_tokens=2000 > miss.log 2>&1
 rc=$?
@@ -52,7 +68,7 @@ tail -2 miss.log
 grep -q "quality gate FAILED: perplexity .* > threshold 1 (missed by" miss.log || fail "gate miss message"
 [[ ! -e $W/miss/export/lm.pt ]] || fail "exported despite missing the gate"
 
-echo "== (c) errors"
+echo "== (d) errors"
 "$TRAIN" "$CFG" --set model.d_modle=64 > typo.log 2>&1; rc=$?
 cat typo.log
 [[ $rc == 2 ]] || fail "a typo in [model] exited $rc, want 2"
