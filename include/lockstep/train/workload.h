@@ -21,6 +21,7 @@
 #pragma once
 
 #include <lockstep/comm/process_group.h>
+#include <lockstep/numerics/activation_checkpoint_policy.h>
 
 #include <torch/torch.h>
 
@@ -49,6 +50,9 @@ struct RunContext {
   void say(const std::string& line) const;
   // Waits for every rank (no-op for a single process).
   void barrier() const;
+  // The activation checkpointing [memory] asks for (docs/trainer.md; off without a config),
+  // for a workload's model options.
+  numerics::CheckpointPolicy checkpoint_policy() const;
 };
 
 // One micro-batch of training data; the workload defines what is in it.

@@ -1,3 +1,4 @@
+#include <lockstep/train/config.h>
 #include <lockstep/train/workload.h>
 
 #include <iostream>
@@ -6,6 +7,17 @@ namespace lockstep::train {
 
 void RunContext::say(const std::string& line) const {
   if (rank == 0) std::cout << "[lockstep-train] " << line << std::endl;
+}
+
+numerics::CheckpointPolicy RunContext::checkpoint_policy() const {
+  numerics::CheckpointPolicy p;
+  if (config == nullptr) return p;
+  const auto& m = config->memory;  // the values were checked by the schema
+  p.enabled = m.activation_checkpointing;
+  p.every = m.checkpoint_every;
+  p.blocks = numerics::parse_checkpoint_blocks(m.checkpoint_blocks);
+  p.keep_dropout_masks = m.keep_dropout_masks;
+  return p;
 }
 
 void RunContext::barrier() const {

@@ -161,13 +161,7 @@ std::vector<int64_t> LmWorkload::examples_per_rank(const RunContext& ctx) {
 
 std::shared_ptr<torch::nn::Module> LmWorkload::build_model(const RunContext& ctx) {
   LmOptions o = cfg_.model_options();
-  if (ctx.config != nullptr) {  // [memory] (docs/trainer.md); the values are checked there
-    const auto& m = ctx.config->memory;
-    o.checkpoint.enabled = m.activation_checkpointing;
-    o.checkpoint.every = m.checkpoint_every;
-    o.checkpoint.blocks = lockstep::numerics::parse_checkpoint_blocks(m.checkpoint_blocks);
-    o.checkpoint.keep_dropout_masks = m.keep_dropout_masks;
-  }
+  o.checkpoint = ctx.checkpoint_policy();  // [memory]
   model_ = Lm(o);
   return model_.ptr();
 }
