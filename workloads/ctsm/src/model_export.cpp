@@ -1,27 +1,14 @@
 #include <ctsm/model_export.h>
 
 #include <lockstep/train/atomic_file.h>
+#include <lockstep/train/provenance.h>
 
 #include <nlohmann/json.hpp>
 
-#include <chrono>
-#include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <sstream>
 
 namespace ctsm {
-
-std::string git_revision() {
-  std::FILE* p = ::popen("git rev-parse HEAD 2>/dev/null", "r");
-  if (!p) return "";
-  char buf[128] = {};
-  std::string out;
-  if (std::fgets(buf, sizeof buf, p)) out = buf;
-  ::pclose(p);
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out.size() == 40 ? out : "";
-}
 
 std::string export_model(Ctsm& model, const ModelCard& card, const std::string& dir) {
   std::filesystem::create_directories(dir);
@@ -43,12 +30,9 @@ std::string export_model(Ctsm& model, const ModelCard& card, const std::string& 
   j["data"] = nlohmann::json::parse(card.data_json);
   j["config"] = nlohmann::json::parse(card.config_json);
   j["training"] = {{"steps", card.steps}, {"world_size", card.world_size}};
-  const std::string rev = git_revision();
+  const std::string rev = lockstep::train::git_revision();
   j["git_revision"] = rev.empty() ? nlohmann::json(nullptr) : nlohmann::json(rev);
-  const std::time_t now = std::time(nullptr);
-  char ts[32];
-  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  j["created_at"] = ts;
+  j["created_at"] = lockstep::train::utc_timestamp();
   const std::string path = dir + "/model_card.json";
   lockstep::train::write_file_atomic(path, j.dump(2) + "\n");
   return path;

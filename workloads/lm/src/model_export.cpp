@@ -1,35 +1,14 @@
 #include <lm/model_export.h>
 
-#include "command.h"
-
 #include <lockstep/train/atomic_file.h>
+#include <lockstep/train/provenance.h>
 
 #include <nlohmann/json.hpp>
 
-#include <ctime>
 #include <filesystem>
 #include <sstream>
 
 namespace lm {
-namespace {
-
-// `git rev-parse HEAD` in the current directory, or null when unavailable.
-nlohmann::json git_revision_json() {
-  CommandOutput out = run_command("git rev-parse HEAD 2>/dev/null");
-  while (!out.text.empty() && (out.text.back() == '\n' || out.text.back() == ' '))
-    out.text.pop_back();
-  if (out.status != 0 || out.text.size() != 40) return nullptr;
-  return out.text;
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  char ts[32];
-  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  return ts;
-}
-
-}  // namespace
 
 std::string export_model(Lm& model, const ModelCard& card, const std::string& dir) {
   std::filesystem::create_directories(dir);
@@ -57,8 +36,9 @@ std::string export_model(Lm& model, const ModelCard& card, const std::string& di
   j["data"] = nlohmann::json::parse(card.data_json);
   j["config"] = nlohmann::json::parse(card.config_json);
   j["training"] = {{"steps", card.steps}, {"world_size", card.world_size}};
-  j["git_revision"] = git_revision_json();
-  j["created_at"] = utc_now();
+  const std::string rev = lockstep::train::git_revision();
+  j["git_revision"] = rev.empty() ? nlohmann::json(nullptr) : nlohmann::json(rev);
+  j["created_at"] = lockstep::train::utc_timestamp();
   const std::string path = dir + "/model_card.json";
   lockstep::train::write_file_atomic(path, j.dump(2) + "\n");
   return path;

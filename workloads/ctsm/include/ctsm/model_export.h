@@ -26,7 +26,5 @@ struct ModelCard {
 std::string export_model(Ctsm& model, const ModelCard& card, const std::string& dir);
 // Loads an exported model: reads the card's model options, builds a Ctsm, loads weights.
 Ctsm load_exported_model(const std::string& dir);
-// `git rev-parse HEAD` in the current directory, or "" when unavailable.
-std::string git_revision();
 
 }  // namespace ctsm
