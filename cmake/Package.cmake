@@ -34,5 +34,6 @@ if(NOT BUILD_SHARED_LIBS)
   list(APPEND _deb_depends zlib1g-dev libssl-dev libtomlplusplus-dev nlohmann-json3-dev)
 endif()
 list(JOIN _deb_depends ", " CPACK_DEBIAN_PACKAGE_DEPENDS)
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS "cmake, pkg-config, openmpi-bin")
+# bible-kjv(-text): the text lockstep-train's language-model workload trains on (configs/lm-*.toml).
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "cmake, pkg-config, openmpi-bin, bible-kjv, bible-kjv-text")
 include(CPack)
