@@ -1,5 +1,7 @@
 #include "fsdp_memory.h"
 
+#include <lockstep/compat.h>
+
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 
@@ -37,9 +39,14 @@ void counted_free(void* data) {
   c10::free_cpu(block);
 }
 
+// libtorch 2.3 made allocate() non-const and added copy_data() (Allocator::clone).
 class CountingAllocator final : public at::Allocator {
  public:
+#if LOCKSTEP_TORCH_VERSION_AT_LEAST(2, 3)
+  at::DataPtr allocate(size_t n) override {
+#else
   at::DataPtr allocate(size_t n) const override {
+#endif
     if (n == 0) return {nullptr, nullptr, &counted_free, at::Device(at::kCPU)};
     char* block = static_cast<char*>(c10::alloc_cpu(n + kHeader));  // throws when out of memory
     std::memcpy(block, &n, sizeof n);
@@ -49,6 +56,11 @@ class CountingAllocator final : public at::Allocator {
     return {data, data, &counted_free, at::Device(at::kCPU)};
   }
   at::DeleterFnPtr raw_deleter() const override { return &counted_free; }
+#if LOCKSTEP_TORCH_VERSION_AT_LEAST(2, 3)
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#endif
 };
 
 int64_t status_kb(const std::string& text, const char* key) {
