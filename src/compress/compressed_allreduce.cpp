@@ -2,6 +2,7 @@
 #include <lockstep/compress/compressed_allreduce.h>
 
 #include "compress/float_io.h"
+#include "compress/inflight.h"
 #include "compress/progress_thread.h"
 
 #include <ATen/ATen.h>
@@ -171,12 +172,7 @@ comm::WorkPtr CompressedAllreduce::run_async(comm::ProcessGroup& group, at::Tens
   // One call in flight per plan: a caller that dropped the previous work (e.g. a DDP step
   // abandoned by an exception) waits for it here; its failure, if any, already broke the
   // group and fails the new call as well.
-  if (inflight_ && !inflight_->is_completed()) {
-    try {
-      inflight_->wait();
-    } catch (const std::exception&) {
-    }
-  }
+  wait_quietly(inflight_);
   const int64_t es = flat.element_size();
   const uint64_t step = step_++;
 

@@ -2,6 +2,7 @@
 #include <lockstep/compress/compressed_reduce_scatter.h>
 
 #include "compress/float_io.h"
+#include "compress/inflight.h"
 #include "compress/shard_plan.h"
 
 #include <ATen/ATen.h>
@@ -37,14 +38,7 @@ CompressedReduceScatter::CompressedReduceScatter(QsgdOptions options, std::vecto
   plan_ = std::make_unique<ShardPlan>(ShardPlan::flat(opts_, std::move(layers), n_, world_));
 }
 
-CompressedReduceScatter::~CompressedReduceScatter() {
-  if (inflight_ && !inflight_->is_completed()) {
-    try {
-      inflight_->wait();
-    } catch (const std::exception&) {
-    }
-  }
-}
+CompressedReduceScatter::~CompressedReduceScatter() { wait_quietly(inflight_); }
 
 comm::WorkPtr CompressedReduceScatter::run_async(comm::ProcessGroup& group, at::Tensor out,
                                                  at::Tensor in, bool average) {
@@ -57,12 +51,7 @@ comm::WorkPtr CompressedReduceScatter::run_async(comm::ProcessGroup& group, at::
                      in.numel() == world_ * n_ && out.numel() == n_ && out.scalar_type() == dt,
                  "compressed reduce-scatter: in must hold world_size * part_numel values and out "
                  "part_numel of the same dtype, contiguous on the CPU");
-  if (inflight_ && !inflight_->is_completed()) {  // one call in flight per plan
-    try {
-      inflight_->wait();
-    } catch (const std::exception&) {
-    }
-  }
+  wait_quietly(inflight_);  // one call in flight per plan
   const uint64_t step = step_++;
   bad_ = -1;
   bytes_plain_ = int64_t(world_ - 1) * n_ * int64_t(in.element_size());

@@ -1,6 +1,7 @@
 // Quantized all-gather (see quantized_allgather.h).
 #include <lockstep/compress/quantized_allgather.h>
 
+#include "compress/inflight.h"
 #include "compress/shard_plan.h"
 
 #include <ATen/ATen.h>
@@ -10,14 +11,6 @@ namespace {
 
 bool gather_dtype_ok(at::ScalarType dt) {
   return dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf;
-}
-
-void wait_gather(const comm::WorkPtr& w) {
-  if (!w || w->is_completed()) return;
-  try {
-    w->wait();
-  } catch (const std::exception&) {  // the group is broken: the next call says so
-  }
 }
 
 }  // namespace
@@ -31,7 +24,7 @@ QuantizedAllgather::QuantizedAllgather(QsgdOptions options, std::vector<LayerSpa
   plan_ = std::make_unique<ShardPlan>(ShardPlan::flat(opts_, std::move(layers), n_, world_));
 }
 
-QuantizedAllgather::~QuantizedAllgather() { wait_gather(inflight_); }
+QuantizedAllgather::~QuantizedAllgather() { wait_quietly(inflight_); }
 
 int64_t QuantizedAllgather::bytes_sent() const { return (world_ - 1) * plan_->max_part_bytes(); }
 
@@ -49,7 +42,7 @@ comm::WorkPtr QuantizedAllgather::run_async(comm::ProcessGroup& group, at::Tenso
                      in.numel() == n_ && out.numel() == world_ * n_,
                  "quantized all-gather: in must hold part_numel values and out world_size * "
                  "part_numel, contiguous on the CPU");
-  wait_gather(inflight_);  // one call in flight per plan
+  wait_quietly(inflight_);  // one call in flight per plan
   const int64_t slot = (plan_->max_part_bytes() + 7) / 8 * 8;
   if (!send_.defined() || send_.numel() != slot) {
     send_ = at::zeros({slot}, at::TensorOptions().dtype(at::kByte));
