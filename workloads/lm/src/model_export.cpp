@@ -1,7 +1,6 @@
 #include <lm/model_export.h>
 
 #include <lockstep/train/atomic_file.h>
-#include <lockstep/train/provenance.h>
 
 #include <nlohmann/json.hpp>
 
@@ -16,32 +15,19 @@ std::string export_model(Lm& model, const ModelCard& card, const std::string& di
   torch::save(model, weights);
   lockstep::train::write_file_atomic(dir + "/lm.pt", weights.str());
   const LmOptions& o = model->options();
-  nlohmann::json j;
-  j["format"] = "lockstep-lm-model-card";
-  j["version"] = 1;
-  j["run"] = card.run_name;
-  j["model"] = {{"type", "decoder-only transformer, byte-level, tied embeddings"},
-                {"vocab", o.vocab},
-                {"context", o.context},
-                {"d_model", o.d_model},
-                {"heads", o.heads},
-                {"layers", o.layers},
-                {"d_ff", o.d_ff},
-                {"dropout", o.dropout},
-                {"parameters", count_parameters(*model)},
-                {"weights", "lm.pt"}};
-  j["tokenizer"] = {{"type", "bytes"}, {"vocab", 256}};
-  j["metrics"] = nlohmann::json::parse(card.metrics_json);
-  j["gate"] = nlohmann::json::parse(card.gate_json);
-  j["data"] = nlohmann::json::parse(card.data_json);
-  j["config"] = nlohmann::json::parse(card.config_json);
-  j["training"] = {{"steps", card.steps}, {"world_size", card.world_size}};
-  const std::string rev = lockstep::train::git_revision();
-  j["git_revision"] = rev.empty() ? nlohmann::json(nullptr) : nlohmann::json(rev);
-  j["created_at"] = lockstep::train::utc_timestamp();
-  const std::string path = dir + "/model_card.json";
-  lockstep::train::write_file_atomic(path, j.dump(2) + "\n");
-  return path;
+  const nlohmann::json m = {{"type", "decoder-only transformer, byte-level, tied embeddings"},
+                            {"vocab", o.vocab},
+                            {"context", o.context},
+                            {"d_model", o.d_model},
+                            {"heads", o.heads},
+                            {"layers", o.layers},
+                            {"d_ff", o.d_ff},
+                            {"dropout", o.dropout},
+                            {"parameters", count_parameters(*model)},
+                            {"weights", "lm.pt"}};
+  const nlohmann::json tokenizer = {{"tokenizer", {{"type", "bytes"}, {"vocab", 256}}}};
+  return lockstep::train::write_model_card(dir, "lockstep-lm-model-card", m.dump(), card,
+                                           tokenizer.dump());
 }
 
 Lm load_exported_model(const std::string& dir) {

@@ -6,21 +6,15 @@
 // the data's time ranges, the git revision, the parameter count. Both written atomically.
 #pragma once
 
+#include <lockstep/train/model_card.h>
+
 #include <ctsm/model.h>
 
 #include <string>
 
 namespace ctsm {
 
-struct ModelCard {
-  std::string run_name;
-  std::string config_json;   // the effective configuration
-  std::string metrics_json;  // backtest metrics
-  std::string data_json;     // data set fingerprint and time ranges
-  std::string gate_json;     // metric, threshold, value
-  int64_t steps = 0;
-  int world_size = 1;
-};
+using ModelCard = lockstep::train::ModelCard;  // lockstep/train/model_card.h
 
 // Writes ctsm.pt and model_card.json into `dir`; returns the card's path.
 std::string export_model(Ctsm& model, const ModelCard& card, const std::string& dir);

@@ -7,21 +7,15 @@
 // parameter count. Both written atomically.
 #pragma once
 
+#include <lockstep/train/model_card.h>
+
 #include <lm/model.h>
 
 #include <string>
 
 namespace lm {
 
-struct ModelCard {
-  std::string run_name;
-  std::string config_json;   // the effective configuration
-  std::string metrics_json;  // held-out metrics (with the sample)
-  std::string data_json;     // the corpus, its fingerprint and split
-  std::string gate_json;     // metric, threshold, value, passed
-  int64_t steps = 0;
-  int world_size = 1;
-};
+using ModelCard = lockstep::train::ModelCard;  // lockstep/train/model_card.h
 
 // Writes lm.pt and model_card.json into `dir`; returns the card's path.
 std::string export_model(Lm& model, const ModelCard& card, const std::string& dir);
