@@ -19,6 +19,9 @@ CFG=$SRC/configs/ctsm-tiny.toml
 W=$(mktemp -d /tmp/lockstep-train-ft.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# A step run while a replica is down waits 200 ms, so a restart (seconds) comes back before
+# the tiny job's end however fast the machine steps (a test hook of the replica loop).
+export LOCKSTEP_TEST_DEGRADED_PAUSE_MS=200
 cd "$W" || exit 1
 
 COMMON=(--set data.dir="$W/data" --set log.progress=false --set train.reference_world_size=3

@@ -16,6 +16,16 @@ namespace {
 // micro-batch), reduce (before the cross-replica average), vote (before the commit vote),
 // optimizer (committed, before the optimizer step), heal (saving its state for a joiner).
 constexpr const char* kTestReplicaKill = "LOCKSTEP_TEST_REPLICA_KILL";
+// Test-only: LOCKSTEP_TEST_DEGRADED_PAUSE_MS=N makes every step that runs with fewer
+// replicas than the job's wait N ms first, standing in for a real model's longer steps: a
+// restarted replica then comes back while the tiny job still has steps left, however fast
+// the machine runs them.
+constexpr const char* kTestDegradedPause = "LOCKSTEP_TEST_DEGRADED_PAUSE_MS";
+
+void degraded_pause(int replicas, int expected) {
+  static const char* ms = std::getenv(kTestDegradedPause);
+  if (ms && replicas < expected) ::usleep(useconds_t(std::atoi(ms)) * 1000);
+}
 
 void kill_point(const char* point, int64_t step, int replica) {
   if (restart_count_from_env() > 0 ||
@@ -227,6 +237,7 @@ LoopResult ReplicaLoop::run(bool resume, const std::function<EvalResult()>& eval
   while (ft_->step() < plan_.total_steps) {
     if (!ft_->start_step()) break;  // the others finished the job without this replica
     const int64_t step = ft_->step();
+    degraded_pause(ft_->replicas(), replicas_);
     if (!log_) {
       log_ = std::make_unique<StepLog>(cfg_, ctx_, plan_, step);
       record_.joined_at = step;
