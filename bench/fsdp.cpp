@@ -39,8 +39,9 @@ std::string loadavg() {
 std::string malloc_environment(const std::string& mode) {
   if (mode == "mmap")
     return "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 "
-           "MALLOC_MMAP_THRESHOLD_=1048576 " +
+           "MALLOC_MMAP_THRESHOLD_=1048576 LOCKSTEP_HOST_CACHE=0 " +
            blas_environment();
+  if (mode == "nocache") return rank_environment() + "LOCKSTEP_HOST_CACHE=0 ";
   return rank_environment();
 }
 
@@ -245,11 +246,13 @@ void add_driver_options(CLI::App* app, FsdpArgs& a) {
       ->check(check_nprocs)
       ->capture_default_str();
   app->add_option("--cap-malloc", a.cap_malloc,
-                  "malloc settings of the cap search: heap (lockstep-run's defaults), mmap "
-                  "(MALLOC_MMAP_THRESHOLD_=1MiB)")
+                  "memory settings of the cap search: heap (lockstep-run's defaults, with "
+                  "the host cache), nocache (LOCKSTEP_HOST_CACHE=0), mmap "
+                  "(MALLOC_MMAP_THRESHOLD_=1MiB, no cache)")
       ->check([](const std::string& csv) {
         for (const auto& m : split_csv(csv))
-          if (m != "heap" && m != "mmap") return "unknown malloc setting '" + m + "' (heap, mmap)";
+          if (m != "heap" && m != "nocache" && m != "mmap")
+            return "unknown memory setting '" + m + "' (heap, nocache, mmap)";
         return std::string();
       })
       ->capture_default_str();

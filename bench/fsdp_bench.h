@@ -47,7 +47,7 @@ struct FsdpArgs {
   std::string python;  // default: <source>/.venv-bench/bin/python
   std::string cap = "1GiB";
   std::string cap_nprocs = "2";
-  std::string cap_malloc = "heap,mmap";  // malloc settings of the cap search (fsdp_driver.h)
+  std::string cap_malloc = "heap,nocache";  // malloc settings of the cap search (fsdp_driver.h)
   int cap_max_layers = 64;
   int cap_steps = 5;  // steps an attempt of the cap search must complete
   bool skip_cap = false;

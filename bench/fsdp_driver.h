@@ -20,17 +20,18 @@ using Result = std::map<std::string, double>;  // RESULT key -> value
 std::string lockstep_job(const FsdpArgs& a, const std::string& strategy, int n,
                          const ModelShape& shape, int64_t cap_bytes, const std::string& env = "");
 
-// How glibc malloc serves large blocks in a capped job: "heap" = lockstep-run's defaults
-// (MALLOC_MMAP_MAX_=0: from the heap, never returned; fast, but the heap keeps its peak and
-// its holes), "mmap" = MALLOC_MMAP_THRESHOLD_=1MiB (each large block its own mapping,
-// returned to the system when freed).
+// How large blocks are served in a capped job: "heap" = lockstep-run's defaults (tensors of
+// 1 MiB and more from lockstep's host cache, docs/host-memory.md; the rest from malloc's
+// heap, MALLOC_MMAP_MAX_=0), "nocache" = the same with LOCKSTEP_HOST_CACHE=0 (every block
+// from the heap, never returned: the heap keeps its peak and its holes), "mmap" = no cache
+// and MALLOC_MMAP_THRESHOLD_=1MiB (each large block its own mapping, unmapped when freed).
 std::string malloc_environment(const std::string& mode);
 std::string loadavg();
 
 // One search for the largest model (in layers) that completes `a.steps` steps under the cap.
 struct CapSearch {
   std::string strategy;
-  std::string malloc_mode;  // "heap" or "mmap" (malloc_environment)
+  std::string malloc_mode;  // "heap", "nocache" or "mmap" (malloc_environment)
   int ranks = 0;
   int64_t cap = 0;
   int best_layers = 0;     // 0: not even 1 layer fits

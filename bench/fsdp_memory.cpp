@@ -3,7 +3,6 @@
 #include <lockstep/compat.h>
 
 #include <c10/core/CPUAllocator.h>
-#include <c10/core/impl/alloc_cpu.h>
 
 #include <sys/resource.h>
 
@@ -11,8 +10,11 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
+#include <utility>
 
 namespace lockstep::bench {
 namespace {
@@ -20,24 +22,30 @@ namespace {
 std::atomic<int64_t> g_live{0};
 std::atomic<int64_t> g_peak{0};
 
-// Every block carries its size in a header of one alignment unit, so the data stays
-// 64-byte aligned and the deleter knows what to subtract.
-constexpr size_t kHeader = 64;
-
 void raise_peak(int64_t live) {
   int64_t peak = g_peak.load(std::memory_order_relaxed);
   while (live > peak && !g_peak.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
   }
 }
 
+// Counts around the allocator installed before it (lockstep's host cache, or libtorch's
+// default): each block's size and the inner allocation kept by address, so the data
+// pointer stays the context (raw_allocate) and the inner allocator frees its own block.
+at::Allocator* g_inner = nullptr;
+std::mutex g_mu;
+std::unordered_map<void*, std::pair<at::DataPtr, size_t>> g_blocks;
+
 void counted_free(void* data) {
   if (data == nullptr) return;
-  char* block = static_cast<char*>(data) - kHeader;
-  size_t n = 0;
-  std::memcpy(&n, block, sizeof n);
-  g_live.fetch_sub(static_cast<int64_t>(n), std::memory_order_relaxed);
-  c10::free_cpu(block);
-}
+  std::pair<at::DataPtr, size_t> block;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_blocks.find(data);
+    block = std::move(it->second);
+    g_blocks.erase(it);
+  }
+  g_live.fetch_sub(static_cast<int64_t>(block.second), std::memory_order_relaxed);
+}  // block.first frees the inner allocation
 
 // libtorch 2.3 made allocate() non-const and added copy_data() (Allocator::clone).
 class CountingAllocator final : public at::Allocator {
@@ -48,11 +56,14 @@ class CountingAllocator final : public at::Allocator {
   at::DataPtr allocate(size_t n) const override {
 #endif
     if (n == 0) return {nullptr, nullptr, &counted_free, at::Device(at::kCPU)};
-    char* block = static_cast<char*>(c10::alloc_cpu(n + kHeader));  // throws when out of memory
-    std::memcpy(block, &n, sizeof n);
+    at::DataPtr inner = g_inner->allocate(n);  // throws when out of memory
+    void* data = inner.get();
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      g_blocks.emplace(data, std::make_pair(std::move(inner), n));
+    }
     raise_peak(g_live.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed) +
                static_cast<int64_t>(n));
-    void* data = block + kHeader;
     return {data, data, &counted_free, at::Device(at::kCPU)};
   }
   at::DeleterFnPtr raw_deleter() const override { return &counted_free; }
@@ -72,6 +83,7 @@ int64_t status_kb(const std::string& text, const char* key) {
 
 void install_counting_allocator() {
   static CountingAllocator allocator;
+  g_inner = c10::GetCPUAllocator();
   c10::SetCPUAllocator(&allocator, /*priority=*/100);
 }
 

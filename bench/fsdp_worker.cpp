@@ -266,9 +266,9 @@ int run_fsdp(const FsdpArgs& a, const std::shared_ptr<ProcessGroup>& g,
 
 int fsdp_worker(const FsdpArgs& a) {
   if (a.cap_bytes > 0) set_data_limit(a.cap_bytes);
-  install_counting_allocator();
   at::set_num_threads(1);
-  auto g = lockstep::init();
+  auto g = lockstep::init();  // installs lockstep's host cache, which the counting wraps
+  install_counting_allocator();
   const ProcMemory base = read_proc_memory();
   auto probe = std::make_shared<Probe>();
   auto model = std::make_shared<TransformerLM>(a.shape, probe);

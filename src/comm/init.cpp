@@ -2,6 +2,7 @@
 // jobs they tie together live one per file: the options and the LOCKSTEP_* environment
 // (init_options.cpp), the store and the join (rendezvous.cpp), the token's proofs
 // (rdzv_auth.cpp) and the backend choice (backend_choice.cpp).
+#include <lockstep/comm/host_cache.h>
 #include <lockstep/comm/init.h>
 #include <lockstep/comm/make_group.h>
 #include <lockstep/env_contract.h>
@@ -21,6 +22,7 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   const std::string backend = resolve_backend(options.backend, e);
   const ProcessGroupOptions pgo = group_options(options);
   check_blas(e, debug_on());
+  if (host_cache_wanted()) install_host_cache();
   if (backend == "mpi")
     return std::make_shared<ProcessGroup>(make_mpi_backend(e, pgo.timeout), pgo);
   const std::string prefix = next_prefix();

@@ -1,26 +1,22 @@
 // FSDP's pool of unit-sized buffers; see buffer_pool.h.
 #include "buffer_pool.h"
 
-#include <lockstep/error.h>
-
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/StorageImpl.h>
 
-#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
 namespace lockstep::fsdp {
 
+// Blocks come from libtorch's CPU allocator: lockstep's host cache once init() ran (each
+// block a mapping of its own, outside malloc's heap: docs/host-memory.md).
 struct BufferPool::Shared {
   std::mutex mu;
-  std::unordered_map<int64_t, std::vector<void*>> free;  // by block size in bytes
+  std::unordered_map<int64_t, std::vector<at::DataPtr>> free;  // by block size in bytes
   int64_t held = 0;
-  ~Shared() {
-    for (auto& [bytes, blocks] : free)
-      for (void* p : blocks) std::free(p);
-  }
 };
 
 namespace {
@@ -30,7 +26,7 @@ constexpr int64_t kAlign = 64;
 // One block handed out: where it goes back to.
 struct Lease {
   std::shared_ptr<BufferPool::Shared> pool;
-  void* ptr;
+  at::DataPtr block;
   int64_t bytes;
 };
 
@@ -49,7 +45,7 @@ void give_back(void* ctx) {
   auto* lease = static_cast<Lease*>(ctx);
   {
     std::lock_guard<std::mutex> l(lease->pool->mu);
-    lease->pool->free[lease->bytes].push_back(lease->ptr);
+    lease->pool->free[lease->bytes].push_back(std::move(lease->block));
   }
   delete lease;
 }
@@ -58,23 +54,23 @@ void give_back(void* ctx) {
 // deleter returns it.
 at::DataPtr lease_block(const std::shared_ptr<BufferPool::Shared>& pool, int64_t bytes) {
   const int64_t size = (bytes + kAlign - 1) / kAlign * kAlign;
-  void* p = nullptr;
+  at::DataPtr block;
   {
     std::lock_guard<std::mutex> l(pool->mu);
     auto& list = pool->free[size];
     if (!list.empty()) {
-      p = list.back();
+      block = std::move(list.back());
       list.pop_back();
     }
   }
-  if (p == nullptr) {
-    p = std::aligned_alloc(size_t(kAlign), size_t(size));
-    if (p == nullptr)
-      throw Error(detail::concat("FSDP: cannot allocate a buffer of ", size, " bytes"));
+  if (!block) {
+    block = c10::GetCPUAllocator()->allocate(size_t(size));  // throws when out of memory
     std::lock_guard<std::mutex> l(pool->mu);
     pool->held += size;
   }
-  return at::DataPtr(p, new Lease{pool, p, size}, &give_back, at::Device(at::kCPU));
+  void* p = block.get();
+  return at::DataPtr(p, new Lease{pool, std::move(block), size}, &give_back,
+                     at::Device(at::kCPU));
 }
 
 }  // namespace

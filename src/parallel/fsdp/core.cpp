@@ -1,5 +1,6 @@
 // The non-template part of FullyShardedDataParallel: units, and the forward/backward
 // schedule of their gathers, frees and reductions (docs/fsdp.md).
+#include <lockstep/comm/host_cache.h>
 #include <lockstep/compat.h>
 #include <lockstep/error.h>
 #include <lockstep/parallel/ddp/model_check.h>
@@ -128,6 +129,8 @@ FSDPCore::FSDPCore(std::shared_ptr<torch::nn::Module> root,
     if (auto* w = dynamic_cast<WrapBase*>(item.value().get()))
       candidates.push_back({item.key(), w});
   build_units(std::move(candidates), names, params, shared);
+  // The model's full parameters are freed now: their blocks back to the system, not kept.
+  comm::empty_host_cache();
 }
 
 FSDPCore::~FSDPCore() {

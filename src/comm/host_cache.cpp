@@ -1,0 +1,206 @@
+// The host memory cache (include/lockstep/comm/host_cache.h; docs/memory.md).
+#include <lockstep/comm/host_cache.h>
+#include <lockstep/compat.h>
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace lockstep::comm {
+namespace {
+
+size_t page_round(size_t n) {
+  static const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  return (n + page - 1) / page * page;
+}
+
+void release_block(void* data);
+
+class HostCache final : public at::Allocator {
+ public:
+  explicit HostCache(at::Allocator* small) : small_(small) {}
+
+#if LOCKSTEP_TORCH_VERSION_AT_LEAST(2, 3)
+  at::DataPtr allocate(size_t n) override {
+#else
+  at::DataPtr allocate(size_t n) const override {
+#endif
+    return const_cast<HostCache*>(this)->serve(n);
+  }
+  at::DeleterFnPtr raw_deleter() const override { return &release_block; }
+#if LOCKSTEP_TORCH_VERSION_AT_LEAST(2, 3)
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#endif
+
+  // A small block from malloc, retried once the cache is emptied when malloc runs out (the
+  // kept blocks may be what stands between it and a memory limit); a large one from take().
+  at::DataPtr serve(size_t n) {
+    if (n >= kHostCacheMinBytes) {
+      void* p = take(page_round(n));
+      return {p, p, &release_block, at::Device(at::kCPU)};
+    }
+    try {
+      return small_->allocate(n);
+    } catch (const c10::Error&) {
+      if (empty() == 0) throw;
+    }
+    return small_->allocate(n);
+  }
+
+  // A block of `size` bytes (page-rounded): a kept one of [size, size + size/16], else a
+  // new mapping; on failure the cache is emptied and the mapping tried once more.
+  void* take(size_t size) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = kept_.lower_bound(size);
+      if (it != kept_.end() && it->first <= size + size / 16) {
+        void* p = it->second;
+        const size_t have = it->first;
+        kept_.erase(it);
+        stats_.cached_bytes -= int64_t(have);
+        ++stats_.hits;
+        track(p, have);
+        return p;
+      }
+    }
+    void* p = map(size);
+    if (p == nullptr) {
+      const int64_t held = empty();
+      p = map(size);
+      TORCH_CHECK(p != nullptr, "lockstep host cache: out of memory: mapping ", size,
+                  " bytes failed (", std::strerror(errno), ") with ", stats().live_bytes,
+                  " bytes in large blocks in use, after returning ", held,
+                  " cached bytes to the system (a memory limit such as ulimit -d, or the "
+                  "machine's memory; LOCKSTEP_HOST_CACHE=0 serves every block from malloc)");
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.maps;
+    track(p, size);
+    return p;
+  }
+
+  // Back into the cache, or unmapped when keeping it would hold more than the live peak.
+  // A pointer the cache did not map is the small allocator's (raw_deallocate).
+  void give(void* p) {
+    if (p == nullptr) return;
+    size_t size = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = live_.find(p);
+      if (it == live_.end()) {
+        small_->raw_deleter()(p);
+        return;
+      }
+      size = it->second;
+      live_.erase(it);
+      stats_.live_bytes -= int64_t(size);
+      if (stats_.cached_bytes + int64_t(size) <= stats_.peak_live_bytes) {
+        kept_.emplace(size, p);
+        stats_.cached_bytes += int64_t(size);
+        return;
+      }
+    }
+    ::munmap(p, size);
+  }
+
+  int64_t empty() {
+    std::multimap<size_t, void*> kept;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      kept.swap(kept_);
+      stats_.cached_bytes = 0;
+      ++stats_.emptied;
+    }
+    int64_t bytes = 0;
+    for (const auto& [size, p] : kept) {
+      ::munmap(p, size);
+      bytes += int64_t(size);
+    }
+    return bytes;
+  }
+
+  HostCacheStats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+ private:
+  static void* map(size_t size) {
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
+  }
+
+  void track(void* p, size_t size) {  // under mu_
+    live_.emplace(p, size);
+    stats_.live_bytes += int64_t(size);
+    if (stats_.live_bytes > stats_.peak_live_bytes) stats_.peak_live_bytes = stats_.live_bytes;
+  }
+
+  at::Allocator* small_;
+  mutable std::mutex mu_;
+  std::multimap<size_t, void*> kept_;          // size -> block
+  std::unordered_map<void*, size_t> live_;     // block -> size
+  HostCacheStats stats_;
+};
+
+// Made once and never destroyed: a tensor may be freed during static destruction.
+HostCache*& the_cache() {
+  static HostCache* cache = nullptr;
+  return cache;
+}
+
+void release_block(void* data) { the_cache()->give(data); }
+
+}  // namespace
+
+bool install_host_cache() {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  HostCache*& cache = the_cache();
+  if (cache != nullptr) return c10::GetCPUAllocator() == cache;
+  at::Allocator* current = c10::GetCPUAllocator();
+  if (current != c10::GetDefaultCPUAllocator()) return false;
+  cache = new HostCache(current);
+  c10::SetCPUAllocator(cache, /*priority=*/1);
+  return c10::GetCPUAllocator() == cache;
+}
+
+bool host_cache_installed() {
+  return the_cache() != nullptr && c10::GetCPUAllocator() == the_cache();
+}
+
+bool host_cache_wanted() {
+  if (const char* v = std::getenv("LOCKSTEP_HOST_CACHE"); v != nullptr && *v != '\0')
+    return std::string(v) != "0";
+#if defined(__SANITIZE_ADDRESS__)
+  return false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  return false;
+#endif
+#endif
+  return true;
+}
+
+HostCacheStats host_cache_stats() {
+  return the_cache() != nullptr ? the_cache()->stats() : HostCacheStats{};
+}
+
+void empty_host_cache() {
+  if (the_cache() != nullptr) the_cache()->empty();
+}
+
+}  // namespace lockstep::comm
