@@ -11,6 +11,7 @@
 // at another gives the same parameters, and training on from it the same parameters as training on
 // at the saving world size; damaged checkpoints give errors that name the file or unit. Runs
 // standalone under lockstep-run / mpirun; prints "N passed, M failed".
+#include <lockstep/comm/host_cache.h>
 #include <lockstep/lockstep.h>
 #include <lockstep/numerics/anyprecision_adamw.h>
 #include <lockstep/parallel/fsdp/fsdp.h>
@@ -192,6 +193,30 @@ void run_case(const std::shared_ptr<lockstep::ProcessGroup>& pg, const Case& c) 
   model_fsdp.summon_full_params();
   report(tag + " params", max_diff(*model, *ref), c.tol);
   model_fsdp.release_full_params();
+}
+
+// With lockstep's host cache (init() installs it; not under ASan): once FSDP sharded the
+// model, the model's full parameters are unmapped, not kept, and the cache holds nothing.
+void sharding_frees_the_model(const std::shared_ptr<lockstep::ProcessGroup>& pg) {
+  namespace hc = lockstep::comm;
+  if (!hc::host_cache_installed()) {
+    std::printf("[rank %d] the host cache is off in this build: sharding check skipped\n",
+                pg->rank());
+    return;
+  }
+  const int64_t before = hc::host_cache_stats().live_bytes;
+  torch::manual_seed(0);
+  auto model = std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(1024, 1024),
+                                                          torch::nn::Linear(1024, 512));
+  const int64_t built = hc::host_cache_stats().live_bytes - before;  // the 4 and 2 MiB weights
+  lockstep::FullyShardedDataParallel f(model, pg);
+  const auto s = hc::host_cache_stats();
+  const int64_t held = s.live_bytes - before;
+  const int64_t bound = built / pg->size() + (int64_t{1} << 20);  // its shard, page-rounded
+  check("P=" + std::to_string(pg->size()) + " sharding leaves the shard mapped, nothing kept",
+        built >= int64_t{6} << 20 && held <= bound && s.cached_bytes == 0,
+        "built " + std::to_string(built) + " bytes, then " + std::to_string(held) +
+            " (bound " + std::to_string(bound) + "), kept " + std::to_string(s.cached_bytes));
 }
 
 // Shards hold 1/P of the model (plus padding of < P elements per unit), and the full state
@@ -717,6 +742,7 @@ int main(int argc, char** argv) {
     run_case(pg,
              {"full_shard sgd f64 no prefetch", S::FullShard, at::kDouble, false, 1e-12, false});
     memory_and_state_dict(pg);
+    sharding_frees_the_model(pg);
     sequential(pg);
     mixed_precision(pg, S::FullShard, std::nullopt);  // reduce in bf16 too
     mixed_precision(pg, S::NoShard, at::kFloat);      // reduce in fp32
