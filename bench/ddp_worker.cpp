@@ -8,6 +8,7 @@
 #include "ddp_bench.h"
 #include "jobs.h"
 
+#include <lockstep/comm/host_cache.h>
 #include <lockstep/lockstep.h>
 #include <lockstep/models/mlp.h>
 #include <lockstep/numerics/autocast.h>
@@ -188,6 +189,9 @@ int ddp_worker(const DdpArgs& a) {
   report_steps(me, times);
   report_result(me, "backward_nosync", median(nosync));
   report_result(me, "buckets", double(ddp.last_step_stats().buckets));
+  const auto hc = lockstep::comm::host_cache_stats();  // zeros when LOCKSTEP_HOST_CACHE=0
+  report_result(me, "host_cache_maps", double(hc.maps));
+  report_result(me, "host_cache_hits", double(hc.hits));
   report_result(me, "verified", ok ? 1.0 : 0.0);
   if (a.profile) profile(*g, ddp, opt);
   g->barrier()->wait();

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -67,20 +68,19 @@ class HostCache final : public at::Allocator {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = kept_.lower_bound(size);
       if (it != kept_.end() && it->first <= size + size / 16) {
-        void* p = it->second;
-        const size_t have = it->first;
+        const Block b = it->second;
+        by_age_.erase(b.freed);
         kept_.erase(it);
-        stats_.cached_bytes -= int64_t(have);
+        stats_.cached_bytes -= int64_t(b.size);
         ++stats_.hits;
-        track(p, have);
-        return p;
+        return track(b);
       }
     }
-    void* p = map(size);
-    if (p == nullptr) {
+    Block b{map(size), size, next_color()};
+    if (b.base == nullptr) {
       const int64_t held = empty();
-      p = map(size);
-      TORCH_CHECK(p != nullptr, "lockstep host cache: out of memory: mapping ", size,
+      b.base = map(size);
+      TORCH_CHECK(b.base != nullptr, "lockstep host cache: out of memory: mapping ", size,
                   " bytes failed (", std::strerror(errno), ") with ", stats().live_bytes,
                   " bytes in large blocks in use, after returning ", held,
                   " cached bytes to the system (a memory limit such as ulimit -d, or the "
@@ -88,15 +88,15 @@ class HostCache final : public at::Allocator {
     }
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.maps;
-    track(p, size);
-    return p;
+    return track(b);
   }
 
-  // Back into the cache, or unmapped when keeping it would hold more than the live peak.
-  // A pointer the cache did not map is the small allocator's (raw_deallocate).
+  // Back into the cache; when the kept bytes would then exceed the live peak, the blocks
+  // freed longest ago are unmapped (sizes no one asks for any more), never the ones in use
+  // every step. A pointer the cache did not map is the small allocator's (raw_deallocate).
   void give(void* p) {
     if (p == nullptr) return;
-    size_t size = 0;
+    std::vector<Block> stale;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = live_.find(p);
@@ -104,29 +104,35 @@ class HostCache final : public at::Allocator {
         small_->raw_deleter()(p);
         return;
       }
-      size = it->second;
+      Block b = it->second;
       live_.erase(it);
-      stats_.live_bytes -= int64_t(size);
-      if (stats_.cached_bytes + int64_t(size) <= stats_.peak_live_bytes) {
-        kept_.emplace(size, p);
-        stats_.cached_bytes += int64_t(size);
-        return;
+      stats_.live_bytes -= int64_t(b.size);
+      b.freed = ++frees_;
+      by_age_.emplace(b.freed, kept_.emplace(b.size, b));
+      stats_.cached_bytes += int64_t(b.size);
+      while (stats_.cached_bytes > stats_.peak_live_bytes) {
+        auto oldest = by_age_.begin();
+        stale.push_back(oldest->second->second);
+        stats_.cached_bytes -= int64_t(oldest->second->second.size);
+        kept_.erase(oldest->second);
+        by_age_.erase(oldest);
       }
     }
-    ::munmap(p, size);
+    for (const Block& b : stale) unmap(b);
   }
 
   int64_t empty() {
-    std::multimap<size_t, void*> kept;
+    std::multimap<size_t, Block> kept;
     {
       std::lock_guard<std::mutex> lock(mu_);
       kept.swap(kept_);
+      by_age_.clear();
       stats_.cached_bytes = 0;
       ++stats_.emptied;
     }
     int64_t bytes = 0;
-    for (const auto& [size, p] : kept) {
-      ::munmap(p, size);
+    for (const auto& [size, b] : kept) {
+      unmap(b);
       bytes += int64_t(size);
     }
     return bytes;
@@ -138,21 +144,44 @@ class HostCache final : public at::Allocator {
   }
 
  private:
-  static void* map(size_t size) {
-    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? nullptr : p;
+  // A mapping of size + kColorSpan bytes whose tensor starts `color` bytes in: blocks that
+  // all began on a page boundary would put equal offsets of two tensors (an input and the
+  // output an op writes) on the same cache sets and alias in the CPU's store-to-load
+  // checks; staggered by multiples of 64 bytes, they do not.
+  static constexpr size_t kColorSpan = 4096;
+  struct Block {
+    char* base = nullptr;
+    size_t size = 0;   // what the tensor may use
+    size_t color = 0;  // where it starts in the mapping
+    uint64_t freed = 0;  // when it was last freed (kept blocks)
+  };
+
+  static char* map(size_t size) {
+    void* p = ::mmap(nullptr, size + kColorSpan, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+  }
+  static void unmap(const Block& b) { ::munmap(b.base, b.size + kColorSpan); }
+
+  size_t next_color() {  // 64 offsets, 64 bytes apart, in an order that spreads neighbours
+    return (colors_.fetch_add(1, std::memory_order_relaxed) * 7 % 64) * 64;
   }
 
-  void track(void* p, size_t size) {  // under mu_
-    live_.emplace(p, size);
-    stats_.live_bytes += int64_t(size);
+  void* track(const Block& b) {  // under mu_
+    void* p = b.base + b.color;
+    live_.emplace(p, b);
+    stats_.live_bytes += int64_t(b.size);
     if (stats_.live_bytes > stats_.peak_live_bytes) stats_.peak_live_bytes = stats_.live_bytes;
+    return p;
   }
 
   at::Allocator* small_;
   mutable std::mutex mu_;
-  std::multimap<size_t, void*> kept_;          // size -> block
-  std::unordered_map<void*, size_t> live_;     // block -> size
+  std::atomic<size_t> colors_{0};
+  std::multimap<size_t, Block> kept_;       // size -> block
+  std::map<uint64_t, std::multimap<size_t, Block>::iterator> by_age_;  // kept, oldest first
+  uint64_t frees_ = 0;
+  std::unordered_map<void*, Block> live_;   // tensor's pointer -> block
   HostCacheStats stats_;
 };
 

@@ -91,6 +91,19 @@ TEST_F(HostCacheTest, KeepsNoMoreThanTheLivePeak) {
   EXPECT_EQ(host_cache_stats().cached_bytes, 0);
 }
 
+// Over the bound, the blocks freed longest ago go, not the one a loop asks for again: a
+// block of a new size used over and over is mapped once, while the stale ones make room.
+TEST_F(HostCacheTest, TheStaleBlocksMakeRoomNotTheBusyOne) {
+  std::vector<at::Tensor> held;
+  for (int i = 0; i < 4; ++i) held.push_back(floats_of(8 * kMiB));
+  held.clear();  // 32 MiB kept, sized for nothing that follows
+  const int64_t peak = host_cache_stats().peak_live_bytes;
+  const int64_t maps = host_cache_stats().maps;
+  for (int i = 0; i < 10; ++i) floats_of(peak - 8 * kMiB).fill_(1.0f);
+  EXPECT_EQ(host_cache_stats().maps, maps + 1);
+  EXPECT_LE(host_cache_stats().cached_bytes, peak);
+}
+
 TEST_F(HostCacheTest, ThreadsAllocatingAndFreeingAtOnce) {
   const int64_t live = host_cache_stats().live_bytes;
   std::vector<std::thread> threads;

@@ -10,7 +10,7 @@
 //
 //  - blocks of kMinBytes and more: mmap()ed, a freed one kept and handed to the next request
 //    of its size up to 1/16 smaller; kept bytes never exceed the peak of live large bytes
-//    (a block freed above that is unmapped);
+//    (above it, the blocks freed longest ago are unmapped);
 //  - smaller blocks: the allocator that was installed before (glibc's malloc);
 //  - a failed mmap (out of memory, RLIMIT_DATA) empties the cache and tries once more, then
 //    throws c10::Error naming the size and what the cache held.
