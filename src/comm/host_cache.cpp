@@ -8,7 +8,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -76,7 +75,7 @@ class HostCache final : public at::Allocator {
         return track(b);
       }
     }
-    Block b{map(size), size, next_color()};
+    Block b{map(size), size};
     if (b.base == nullptr) {
       const int64_t held = empty();
       b.base = map(size);
@@ -144,31 +143,20 @@ class HostCache final : public at::Allocator {
   }
 
  private:
-  // A mapping of size + kColorSpan bytes whose tensor starts `color` bytes in: blocks that
-  // all began on a page boundary would put equal offsets of two tensors (an input and the
-  // output an op writes) on the same cache sets and alias in the CPU's store-to-load
-  // checks; staggered by multiples of 64 bytes, they do not.
-  static constexpr size_t kColorSpan = 4096;
   struct Block {
-    char* base = nullptr;
-    size_t size = 0;   // what the tensor may use
-    size_t color = 0;  // where it starts in the mapping
+    void* base = nullptr;
+    size_t size = 0;     // page-rounded
     uint64_t freed = 0;  // when it was last freed (kept blocks)
   };
 
-  static char* map(size_t size) {
-    void* p = ::mmap(nullptr, size + kColorSpan, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+  static void* map(size_t size) {
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
   }
-  static void unmap(const Block& b) { ::munmap(b.base, b.size + kColorSpan); }
-
-  size_t next_color() {  // 64 offsets, 64 bytes apart, in an order that spreads neighbours
-    return (colors_.fetch_add(1, std::memory_order_relaxed) * 7 % 64) * 64;
-  }
+  static void unmap(const Block& b) { ::munmap(b.base, b.size); }
 
   void* track(const Block& b) {  // under mu_
-    void* p = b.base + b.color;
+    void* p = b.base;
     live_.emplace(p, b);
     stats_.live_bytes += int64_t(b.size);
     if (stats_.live_bytes > stats_.peak_live_bytes) stats_.peak_live_bytes = stats_.live_bytes;
@@ -177,7 +165,6 @@ class HostCache final : public at::Allocator {
 
   at::Allocator* small_;
   mutable std::mutex mu_;
-  std::atomic<size_t> colors_{0};
   std::multimap<size_t, Block> kept_;       // size -> block
   std::map<uint64_t, std::multimap<size_t, Block>::iterator> by_age_;  // kept, oldest first
   uint64_t frees_ = 0;
