@@ -33,7 +33,7 @@ struct HostCacheStats {
   int64_t emptied = 0;          // times the cache was emptied (empty_host_cache or a failed map)
 };
 
-inline constexpr size_t kHostCacheMinBytes = size_t(1) << 20;  // 1 MiB
+inline constexpr size_t kHostCacheMinBytes = size_t(1) << 17;  // 128 KiB
 
 // Makes the cache libtorch's CPU allocator. True when it is (now or already); false when the
 // program installed another allocator first, which is kept.
