@@ -1,4 +1,4 @@
-// The host memory cache (include/lockstep/comm/host_cache.h; docs/memory.md).
+// The host memory cache (include/lockstep/comm/host_cache.h; docs/host-memory.md).
 #include <lockstep/comm/host_cache.h>
 #include <lockstep/compat.h>
 
