@@ -167,7 +167,7 @@ void print_targets(const FsdpReport& rep) {
             " ranks, malloc " + d.malloc_mode)
                .c_str(),
            r,
-           d.ranks == 2   ? 1.9  // issue 28's targets under lockstep-run's defaults
+           d.ranks == 2   ? 1.9  // the targets under lockstep-run's defaults (docs/benchmarks.md)
            : d.ranks == 4 ? 3.5
                           : 0.85 * d.ranks,
            false);
