@@ -165,10 +165,10 @@ class HostCache final : public at::Allocator {
 
   at::Allocator* small_;
   mutable std::mutex mu_;
-  std::multimap<size_t, Block> kept_;       // size -> block
+  std::multimap<size_t, Block> kept_;                                  // size -> block
   std::map<uint64_t, std::multimap<size_t, Block>::iterator> by_age_;  // kept, oldest first
   uint64_t frees_ = 0;
-  std::unordered_map<void*, Block> live_;   // tensor's pointer -> block
+  std::unordered_map<void*, Block> live_;  // tensor's pointer -> block
   HostCacheStats stats_;
 };
 

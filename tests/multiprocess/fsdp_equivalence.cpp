@@ -207,7 +207,7 @@ void sharding_frees_the_model(const std::shared_ptr<lockstep::ProcessGroup>& pg)
   const int64_t before = hc::host_cache_stats().live_bytes;
   torch::manual_seed(0);
   auto model = std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(1024, 1024),
-                                                          torch::nn::Linear(1024, 512));
+                                                           torch::nn::Linear(1024, 512));
   const int64_t built = hc::host_cache_stats().live_bytes - before;  // the 4 and 2 MiB weights
   lockstep::FullyShardedDataParallel f(model, pg);
   const auto s = hc::host_cache_stats();
@@ -215,8 +215,8 @@ void sharding_frees_the_model(const std::shared_ptr<lockstep::ProcessGroup>& pg)
   const int64_t bound = built / pg->size() + (int64_t{1} << 20);  // its shard, page-rounded
   check("P=" + std::to_string(pg->size()) + " sharding leaves the shard mapped, nothing kept",
         built >= int64_t{6} << 20 && held <= bound && s.cached_bytes == 0,
-        "built " + std::to_string(built) + " bytes, then " + std::to_string(held) +
-            " (bound " + std::to_string(bound) + "), kept " + std::to_string(s.cached_bytes));
+        "built " + std::to_string(built) + " bytes, then " + std::to_string(held) + " (bound " +
+            std::to_string(bound) + "), kept " + std::to_string(s.cached_bytes));
 }
 
 // Shards hold 1/P of the model (plus padding of < P elements per unit), and the full state

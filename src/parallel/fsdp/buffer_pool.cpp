@@ -69,8 +69,7 @@ at::DataPtr lease_block(const std::shared_ptr<BufferPool::Shared>& pool, int64_t
     pool->held += size;
   }
   void* p = block.get();
-  return at::DataPtr(p, new Lease{pool, std::move(block), size}, &give_back,
-                     at::Device(at::kCPU));
+  return at::DataPtr(p, new Lease{pool, std::move(block), size}, &give_back, at::Device(at::kCPU));
 }
 
 }  // namespace
