@@ -61,7 +61,7 @@ TEST_F(HostCacheTest, AFreedBlockServesTheNextOfItsSize) {
 
 TEST_F(HostCacheTest, SmallBlocksGoToMalloc) {
   const auto before = host_cache_stats();
-  auto t = floats_of(64 * 1024);
+  auto t = floats_of(64 * int64_t{1024});
   EXPECT_EQ(host_cache_stats().live_bytes, before.live_bytes);
   EXPECT_EQ(host_cache_stats().maps, before.maps);
   // raw_allocate/raw_deallocate of both kinds go through the one deleter.
@@ -76,6 +76,7 @@ TEST_F(HostCacheTest, SmallBlocksGoToMalloc) {
 
 TEST_F(HostCacheTest, KeepsNoMoreThanTheLivePeak) {
   std::vector<at::Tensor> held;
+  held.reserve(4);
   for (int i = 0; i < 4; ++i) held.push_back(floats_of(8 * kMiB));
   const int64_t peak = host_cache_stats().peak_live_bytes;
   held.clear();
@@ -95,6 +96,7 @@ TEST_F(HostCacheTest, KeepsNoMoreThanTheLivePeak) {
 // block of a new size used over and over is mapped once, while the stale ones make room.
 TEST_F(HostCacheTest, TheStaleBlocksMakeRoomNotTheBusyOne) {
   std::vector<at::Tensor> held;
+  held.reserve(4);
   for (int i = 0; i < 4; ++i) held.push_back(floats_of(8 * kMiB));
   held.clear();  // 32 MiB kept, sized for nothing that follows
   const int64_t peak = host_cache_stats().peak_live_bytes;
@@ -107,6 +109,7 @@ TEST_F(HostCacheTest, TheStaleBlocksMakeRoomNotTheBusyOne) {
 TEST_F(HostCacheTest, ThreadsAllocatingAndFreeingAtOnce) {
   const int64_t live = host_cache_stats().live_bytes;
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([t] {
       for (int i = 0; i < 200; ++i) {
