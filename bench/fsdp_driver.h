@@ -21,7 +21,7 @@ std::string lockstep_job(const FsdpArgs& a, const std::string& strategy, int n,
                          const ModelShape& shape, int64_t cap_bytes, const std::string& env = "");
 
 // How large blocks are served in a capped job: "heap" = lockstep-run's defaults (tensors of
-// 1 MiB and more from lockstep's host cache, docs/host-memory.md; the rest from malloc's
+// 128 KiB and more from lockstep's host cache, docs/host-memory.md; the rest from malloc's
 // heap, MALLOC_MMAP_MAX_=0), "nocache" = the same with LOCKSTEP_HOST_CACHE=0 (every block
 // from the heap, never returned: the heap keeps its peak and its holes), "mmap" = no cache
 // and MALLOC_MMAP_THRESHOLD_=1MiB (each large block its own mapping, unmapped when freed).
