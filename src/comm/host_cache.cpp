@@ -97,9 +97,10 @@ class HostCache final : public at::Allocator {
     if (p == nullptr) return;
     std::vector<Block> stale;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       auto it = live_.find(p);
       if (it == live_.end()) {
+        lock.unlock();
         small_->raw_deleter()(p);
         return;
       }
