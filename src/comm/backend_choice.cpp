@@ -32,9 +32,9 @@ std::unique_ptr<Backend> hier_or_flat_backend(const StorePtr& store, const std::
     return make_hier_backend(store, prefix, e, *layout, across, timeout);
   if (requested)
     throw ConfigError(
-        detail::concat("LOCKSTEP_BACKEND=hier needs the same number of ranks on "
-                       "every node, numbered node by node, but ",
-                       why, "; use LOCKSTEP_BACKEND=", across));
+        lockstep::detail::concat("LOCKSTEP_BACKEND=hier needs the same number of ranks on "
+                                 "every node, numbered node by node, but ",
+                                 why, "; use LOCKSTEP_BACKEND=", across));
   if (e.rank == 0 && !layout)
     std::fprintf(stderr, "lockstep: %s across all ranks, not hierarchical: %s\n", across.c_str(),
                  why.c_str());
@@ -49,9 +49,10 @@ std::string resolve_backend(const std::string& requested, const LaunchEnv& env_)
   if (b == "auto")
     if (const char* e = env_value(lockstep::env::kBackend)) b = e;
   if (b != "auto" && b != "shm" && b != "gloo" && b != "mpi" && b != "nccl" && b != "hier")
-    throw ConfigError(detail::concat("unknown backend '", b, "' (from ", lockstep::env::kBackend,
-                                     " or InitOptions::backend); "
-                                     "choose auto, shm, gloo, hier, mpi or nccl"));
+    throw ConfigError(lockstep::detail::concat("unknown backend '", b, "' (from ",
+                                               lockstep::env::kBackend,
+                                               " or InitOptions::backend); "
+                                               "choose auto, shm, gloo, hier, mpi or nccl"));
   if (b != "auto") return b;
   // Under mpirun too: there the store is bootstrapped through MPI (job_store), and hier
   // crosses nodes with mpi.
@@ -62,7 +63,7 @@ std::string resolve_backend(const std::string& requested, const LaunchEnv& env_)
 
 // What each rank says of itself at the join: where it sits on its node, and the node.
 std::string join_payload(const LaunchEnv& e) {
-  return detail::concat(e.local_rank, " ", e.local_world_size, " ", hostname());
+  return lockstep::detail::concat(e.local_rank, " ", e.local_world_size, " ", hostname());
 }
 
 Joined parse_joined(const std::vector<std::string>& payloads) {
@@ -88,9 +89,9 @@ std::shared_ptr<ProcessGroup> store_group(const std::string& backend, const Stor
   if (backend == "shm") {
     for (size_t r = 0; r < hosts.size(); ++r)
       if (hosts[r] != hosts[0])
-        throw ConfigError(
-            detail::concat("backend shm needs every rank on one node, but rank 0 is on ", hosts[0],
-                           " and rank ", r, " on ", hosts[r], "; use gloo or mpi across nodes"));
+        throw ConfigError(lockstep::detail::concat(
+            "backend shm needs every rank on one node, but rank 0 is on ", hosts[0], " and rank ",
+            r, " on ", hosts[r], "; use gloo or mpi across nodes"));
     b = make_shm_backend(store, prefix, e, pgo.timeout);
   } else if (backend == "nccl") {  // docs/gpu.md; ConfigError in a build without CUDA
     b = make_nccl_backend(store, prefix, e, pgo.timeout);

@@ -26,17 +26,17 @@ std::string blas_note(const std::optional<std::string>& core, const char* user_c
   const auto better = blas::better_core(*core, cpu, blas::cpu_is_amd());
   if (!better) {
     if (!debug) return "";
-    return detail::concat("lockstep: OpenBLAS runs its ", *core,
-                          " kernels (CPU: ", blas::isa_name(cpu), ")");
+    return lockstep::detail::concat("lockstep: OpenBLAS runs its ", *core,
+                                    " kernels (CPU: ", blas::isa_name(cpu), ")");
   }
-  const std::string why = user_coretype
-                              ? detail::concat("OPENBLAS_CORETYPE=", user_coretype, " selects")
-                              : std::string("OpenBLAS did not recognise this CPU and runs");
-  return detail::concat("lockstep: ", why, " its ", *core, " kernels on a CPU with ",
-                        blas::isa_name(cpu),
-                        ": matrix products run several times slower than they could; start "
-                        "the ranks with OPENBLAS_CORETYPE=",
-                        *better, " (lockstep-run sets it when you leave it unset)");
+  const std::string why =
+      user_coretype ? lockstep::detail::concat("OPENBLAS_CORETYPE=", user_coretype, " selects")
+                    : std::string("OpenBLAS did not recognise this CPU and runs");
+  return lockstep::detail::concat(
+      "lockstep: ", why, " its ", *core, " kernels on a CPU with ", blas::isa_name(cpu),
+      ": matrix products run several times slower than they could; start "
+      "the ranks with OPENBLAS_CORETYPE=",
+      *better, " (lockstep-run sets it when you leave it unset)");
 }
 
 void check_blas(const LaunchEnv& e, bool debug) {

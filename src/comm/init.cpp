@@ -99,9 +99,9 @@ std::shared_ptr<ProcessGroup> make_group(const StorePtr& store, const InitOption
     return hier_group(store, key_prefix, e, j, /*requested=*/false, pgo);
   }
   if (backend == "shm" && !e.single_node())
-    throw ConfigError(detail::concat("backend shm needs every rank on one node, but rank ", e.rank,
-                                     " has ", e.local_world_size, " of ", e.world_size,
-                                     " ranks on its node; use gloo across nodes"));
+    throw ConfigError(lockstep::detail::concat(
+        "backend shm needs every rank on one node, but rank ", e.rank, " has ", e.local_world_size,
+        " of ", e.world_size, " ranks on its node; use gloo across nodes"));
   return store_group(backend, store, key_prefix, e, {}, group_options(options));
 }
 

@@ -24,8 +24,8 @@ std::optional<Millis> env_seconds(const char* name, double lo, const char* lo_te
   char* end = nullptr;
   const double v = std::strtod(s, &end);
   if (end == s || *end != '\0' || !(v >= lo && v <= kMaxTimeoutS))
-    throw ConfigError(detail::concat(name, "='", s, "' is not a number of seconds between ",
-                                     lo_text, " and ", kMaxTimeoutS));
+    throw ConfigError(lockstep::detail::concat(
+        name, "='", s, "' is not a number of seconds between ", lo_text, " and ", kMaxTimeoutS));
   return Millis(static_cast<int64_t>(v * 1000));
 }
 
@@ -37,8 +37,8 @@ Millis default_timeout(const InitOptions& o) {
 
 void check_timeout(Millis t) {
   if (t.count() < 1 || t.count() > kMaxTimeoutS * 1000)
-    throw ConfigError(detail::concat("InitOptions::timeout of ", t.count(),
-                                     " ms is outside 1 ms .. ", kMaxTimeoutS, " s"));
+    throw ConfigError(lockstep::detail::concat("InitOptions::timeout of ", t.count(),
+                                               " ms is outside 1 ms .. ", kMaxTimeoutS, " s"));
 }
 
 bool check_collectives(const InitOptions& o) {
@@ -47,7 +47,7 @@ bool check_collectives(const InitOptions& o) {
     const std::string v = s;
     if (v != "0" && v != "1")
       throw ConfigError(
-          detail::concat(lockstep::env::kCheckCollectives, "='", v, "' must be 0 or 1"));
+          lockstep::detail::concat(lockstep::env::kCheckCollectives, "='", v, "' must be 0 or 1"));
     return v == "1";
   }
   return true;

@@ -31,8 +31,8 @@ int parse_int(const char* name, const char* value) {
   errno = 0;
   long v = std::strtol(value, &end, 10);
   if (errno != 0 || end == value || *end != '\0' || v < 0 || v > (1L << 30))
-    throw ConfigError(detail::concat("environment variable ", name, "='", value,
-                                     "' is not a non-negative integer"));
+    throw ConfigError(lockstep::detail::concat("environment variable ", name, "='", value,
+                                               "' is not a non-negative integer"));
   return static_cast<int>(v);
 }
 
@@ -53,23 +53,23 @@ struct Contract {
 void check_consistent(const LaunchEnv& e, const Contract& c) {
   if (e.world_size < 1)
     throw ConfigError(
-        detail::concat(c.size, "=", e.world_size, ": the world needs at least 1 rank"));
+        lockstep::detail::concat(c.size, "=", e.world_size, ": the world needs at least 1 rank"));
   if (e.rank >= e.world_size)
     throw ConfigError(
-        detail::concat(c.rank, "=", e.rank, " is not below ", c.size, "=", e.world_size));
+        lockstep::detail::concat(c.rank, "=", e.rank, " is not below ", c.size, "=", e.world_size));
   if (e.local_world_size < 1 || e.local_world_size > e.world_size)
-    throw ConfigError(detail::concat(c.local_size, "=", e.local_world_size, " must be in 1..",
-                                     c.size, "=", e.world_size));
+    throw ConfigError(lockstep::detail::concat(c.local_size, "=", e.local_world_size,
+                                               " must be in 1..", c.size, "=", e.world_size));
   if (e.local_rank >= e.local_world_size)
-    throw ConfigError(detail::concat(c.local_rank, "=", e.local_rank, " is not below ",
-                                     c.local_size, "=", e.local_world_size));
+    throw ConfigError(lockstep::detail::concat(c.local_rank, "=", e.local_rank, " is not below ",
+                                               c.local_size, "=", e.local_world_size));
 }
 
 // "NAME=value" for each set variable among names, space separated.
 std::string taken(std::initializer_list<const char*> names) {
   std::string out;
   for (const char* n : names)
-    if (const char* v = get(n)) out += detail::concat(out.empty() ? "" : " ", n, "=", v);
+    if (const char* v = get(n)) out += lockstep::detail::concat(out.empty() ? "" : " ", n, "=", v);
   return out;
 }
 
@@ -79,8 +79,8 @@ LaunchEnv read(const Contract& c) {
   e.rank = parse_int(c.rank, get(c.rank));
   if (!get(c.size))
     throw ConfigError(
-        detail::concat(c.rank, " is set but ", c.size,
-                       " is not: a launcher sets both (or neither, for one process)"));
+        lockstep::detail::concat(c.rank, " is set but ", c.size,
+                                 " is not: a launcher sets both (or neither, for one process)"));
   e.world_size = parse_int(c.size, get(c.size));
   // Without local information, assume every rank shares this node (a hand-made launch).
   e.local_rank = int_or(c.local_rank, e.rank);
@@ -108,7 +108,7 @@ bool in_slurm_step() { return get(n::kSlurmProcId) && get(n::kSlurmStepNumTasks)
 std::string slurm_master(std::string& source) {
   const char* list = get(n::kSlurmStepNodeList) ? n::kSlurmStepNodeList : n::kSlurmJobNodeList;
   if (!get(list)) return "127.0.0.1";
-  source += detail::concat(" ", list, "=", get(list));
+  source += lockstep::detail::concat(" ", list, "=", get(list));
   return hostlist::first(get(list));
 }
 
@@ -117,8 +117,8 @@ std::string slurm_master(std::string& source) {
 int slurm_local_size(const LaunchEnv& e, std::string& source) {
   const char* per_node = get(n::kSlurmStepTasksPerNode);
   if (per_node && get(n::kSlurmNodeId)) {
-    source += detail::concat(" ", n::kSlurmStepTasksPerNode, "=", per_node, " ", n::kSlurmNodeId,
-                             "=", get(n::kSlurmNodeId));
+    source += lockstep::detail::concat(" ", n::kSlurmStepTasksPerNode, "=", per_node, " ",
+                                       n::kSlurmNodeId, "=", get(n::kSlurmNodeId));
     return hostlist::tasks_on_node(per_node, parse_int(n::kSlurmNodeId, get(n::kSlurmNodeId)));
   }
   if (get(n::kSlurmNTasksPerNode)) return int_or(n::kSlurmNTasksPerNode, 1);
@@ -136,10 +136,10 @@ LaunchEnv read_slurm() {
   e.master_addr = slurm_master(e.source);
   if (const char* job = get(n::kSlurmJobId)) {
     const std::string step =
-        detail::concat(job, ".", get(n::kSlurmStepId) ? get(n::kSlurmStepId) : "0");
-    e.source += detail::concat(" ", n::kSlurmJobId, "=", job);
+        lockstep::detail::concat(job, ".", get(n::kSlurmStepId) ? get(n::kSlurmStepId) : "0");
+    e.source += lockstep::detail::concat(" ", n::kSlurmJobId, "=", job);
     if (get(n::kSlurmStepId))
-      e.source += detail::concat(" ", n::kSlurmStepId, "=", get(n::kSlurmStepId));
+      e.source += lockstep::detail::concat(" ", n::kSlurmStepId, "=", get(n::kSlurmStepId));
     e.job_id = "slurm-" + step;
     // A port derived from job and step, so concurrent steps on a node do not collide.
     e.master_port = n::slurm_port(step.c_str());
@@ -153,11 +153,11 @@ LaunchEnv read_pytorchjob() {
   e.contract = "PyTorchJob";
   const char* nproc = get(n::kPetNProcPerNode);
   if (nproc && std::string(nproc) != "1")
-    throw ConfigError(
-        detail::concat("PyTorchJob runs ", n::kPetNProcPerNode, "=", nproc, " processes per pod (",
-                       n::kRank, "=", get(n::kRank),
-                       " is the pod's index, not a process's): start them with lockstep-run in "
-                       "the pod (command: lockstep-run PROGRAM ...), or set nprocPerNode to 1"));
+    throw ConfigError(lockstep::detail::concat(
+        "PyTorchJob runs ", n::kPetNProcPerNode, "=", nproc, " processes per pod (", n::kRank, "=",
+        get(n::kRank),
+        " is the pod's index, not a process's): start them with lockstep-run in "
+        "the pod (command: lockstep-run PROGRAM ...), or set nprocPerNode to 1"));
   if (!get(n::kLocalRank)) e.local_rank = 0, e.local_world_size = 1;  // one process per pod
   e.source += " " + taken({n::kPetNNodes, n::kPetNodeRank, n::kPetNProcPerNode});
   return e;
@@ -170,13 +170,13 @@ LaunchEnv read_trainjob() {
   e.contract = "TrainJob";
   const char* nproc = get(n::kPetNProcPerNode);
   if (nproc && std::string(nproc) != "1")
-    throw ConfigError(detail::concat(
+    throw ConfigError(lockstep::detail::concat(
         "TrainJob runs ", n::kPetNProcPerNode, "=", nproc,
         " processes per node: start them with lockstep-run in the pod (command: lockstep-run "
         "PROGRAM ...; it reads PET_*), or set numProcPerNode to 1"));
   if (!get(n::kPetNodeRank))
-    throw ConfigError(detail::concat(n::kPetNNodes, " is set but ", n::kPetNodeRank,
-                                     " is not: this pod does not know its index"));
+    throw ConfigError(lockstep::detail::concat(n::kPetNNodes, " is set but ", n::kPetNodeRank,
+                                               " is not: this pod does not know its index"));
   e.rank = parse_int(n::kPetNodeRank, get(n::kPetNodeRank));
   e.world_size = parse_int(n::kPetNNodes, get(n::kPetNNodes));
   check_consistent(e, {"trainjob", n::kPetNodeRank, n::kPetNNodes, "-", "-"});
@@ -214,10 +214,10 @@ LaunchEnv read_primary() {
 
 [[noreturn]] void conflict(const LaunchEnv& a, const std::string& b_name, const std::string& b_says,
                            const std::string& b_vars, const std::string& fix) {
-  throw ConfigError(detail::concat("conflicting launch environments: ", a.contract, " says rank ",
-                                   a.rank, " of ", a.world_size, " (", a.source, ") but ", b_name,
-                                   " says ", b_says, " (", b_vars, "). ", fix,
-                                   " (docs/schedulers.md)"));
+  throw ConfigError(lockstep::detail::concat("conflicting launch environments: ", a.contract,
+                                             " says rank ", a.rank, " of ", a.world_size, " (",
+                                             a.source, ") but ", b_name, " says ", b_says, " (",
+                                             b_vars, "). ", fix, " (docs/schedulers.md)"));
 }
 
 // A Slurm step around a process whose rank came from elsewhere. Under a per-node launcher
@@ -234,17 +234,18 @@ void check_against_slurm(const LaunchEnv& e) {
     const int nodes = parse_int(n::kGroupWorldSize, get(n::kGroupWorldSize));
     const int node = int_or(n::kGroupRank, 0);
     if (nodes != tasks || node != task)
-      conflict(e, "Slurm", detail::concat("its launcher is task ", task, " of ", tasks),
+      conflict(e, "Slurm", lockstep::detail::concat("its launcher is task ", task, " of ", tasks),
                vars + " " + taken({n::kGroupRank, n::kGroupWorldSize}),
-               detail::concat("srun started ", tasks, " launchers but each formed a job of ", nodes,
-                              " node(s): drop --nnodes/--node-rank so lockstep-run reads "
-                              "them from Slurm (torchrun: --nnodes $SLURM_NNODES "
-                              "--node-rank $SLURM_NODEID)"));
+               lockstep::detail::concat("srun started ", tasks,
+                                        " launchers but each formed a job of ", nodes,
+                                        " node(s): drop --nnodes/--node-rank so lockstep-run reads "
+                                        "them from Slurm (torchrun: --nnodes $SLURM_NNODES "
+                                        "--node-rank $SLURM_NODEID)"));
     return;
   }
   if (e.launcher == "mpirun" && tasks != e.world_size) return;  // mpirun's daemons
   if (task != e.rank || tasks != e.world_size)
-    conflict(e, "Slurm", detail::concat("rank ", task, " of ", tasks), vars,
+    conflict(e, "Slurm", lockstep::detail::concat("rank ", task, " of ", tasks), vars,
              "Start the ranks one way: unset the other's variables (e.g. RANK / WORLD_SIZE "
              "exported in the batch script) or leave srun out");
 }
@@ -259,7 +260,7 @@ void check_against_mpi(const LaunchEnv& e) {
   const int s = int_or(size, -1);
   if (r != e.rank || s != e.world_size)
     conflict(e, rank == n::kOmpiRank ? "OpenMPI/PMIx" : "MPICH/PMI",
-             detail::concat("rank ", r, " of ", s), taken({rank, size}),
+             lockstep::detail::concat("rank ", r, " of ", s), taken({rank, size}),
              "Start the ranks one way: unset RANK / WORLD_SIZE under mpirun, or leave mpirun out");
 }
 
@@ -269,10 +270,10 @@ std::string slurm_note(const LaunchEnv& e) {
   const int tasks = int_or(n::kSlurmNTasks, 1);
   const int nodes = int_or(n::kSlurmJobNumNodes, int_or(n::kSlurmNNodes, 1));
   if (tasks <= 1 && nodes <= 1) return "";
-  return detail::concat("lockstep: inside Slurm job ", get(n::kSlurmJobId), " (", tasks,
-                        " tasks on ", nodes,
-                        " nodes) but not started by srun: running as 1 "
-                        "process; start the ranks with srun (docs/schedulers.md)");
+  return lockstep::detail::concat("lockstep: inside Slurm job ", get(n::kSlurmJobId), " (", tasks,
+                                  " tasks on ", nodes,
+                                  " nodes) but not started by srun: running as 1 "
+                                  "process; start the ranks with srun (docs/schedulers.md)");
 }
 
 // The token file must be a regular file that only its owner can read or write: a token
@@ -281,19 +282,20 @@ std::string read_token_file(const char* path) {
   namespace n = lockstep::env;
   struct stat st {};
   if (stat(path, &st) != 0)
-    throw ConfigError(
-        detail::concat(n::kRdzvTokenFile, "='", path, "' cannot be read: ", std::strerror(errno)));
+    throw ConfigError(lockstep::detail::concat(n::kRdzvTokenFile, "='", path,
+                                               "' cannot be read: ", std::strerror(errno)));
   if (!S_ISREG(st.st_mode) || (st.st_mode & 077) != 0 || st.st_uid != geteuid())
-    throw ConfigError(detail::concat(n::kRdzvTokenFile, "='", path,
-                                     "' must be a regular file of yours that only you can read "
-                                     "(chmod 600 ",
-                                     path, ")"));
+    throw ConfigError(
+        lockstep::detail::concat(n::kRdzvTokenFile, "='", path,
+                                 "' must be a regular file of yours that only you can read "
+                                 "(chmod 600 ",
+                                 path, ")"));
   std::ifstream in(path);
   std::string token;
   std::getline(in, token);
   if (token.empty())
-    throw ConfigError(
-        detail::concat(n::kRdzvTokenFile, "='", path, "' is empty: its first line is the token"));
+    throw ConfigError(lockstep::detail::concat(n::kRdzvTokenFile, "='", path,
+                                               "' is empty: its first line is the token"));
   return token;
 }
 
@@ -308,7 +310,8 @@ LaunchEnv LaunchEnv::from_environment() {
   if (const char* p = get(n::kMasterPort)) {
     e.master_port = parse_int(n::kMasterPort, p);
     if (e.master_port < 1 || e.master_port > 65535)
-      throw ConfigError(detail::concat(n::kMasterPort, "=", p, " is not a TCP port (1..65535)"));
+      throw ConfigError(
+          lockstep::detail::concat(n::kMasterPort, "=", p, " is not a TCP port (1..65535)"));
   }
   if (e.contract != "none" && e.contract != "Slurm" && e.contract != "TrainJob")
     e.source += " " + taken({n::kMasterAddr, n::kMasterPort});
@@ -316,8 +319,8 @@ LaunchEnv LaunchEnv::from_environment() {
   if (const char* t = get(n::kRdzvToken)) e.rdzv_token = t;
   if (const char* f = get(n::kRdzvTokenFile)) {
     if (!e.rdzv_token.empty())
-      throw ConfigError(detail::concat("both ", n::kRdzvToken, " and ", n::kRdzvTokenFile,
-                                       " are set: set only one"));
+      throw ConfigError(lockstep::detail::concat("both ", n::kRdzvToken, " and ", n::kRdzvTokenFile,
+                                                 " are set: set only one"));
     e.rdzv_token = read_token_file(f);
   }
   return e;
@@ -327,11 +330,12 @@ std::string LaunchEnv::describe() const {
   if (contract == "none") return "lockstep: no launcher's environment: 1 process";
   // Under mpirun the store's address travels over MPI (init(); docs/mpi.md).
   const bool via_mpi = launcher == "mpirun" && world_size > 1;
-  return detail::concat("lockstep: launched by ", contract, " (", source, "): rank ", rank, " of ",
-                        world_size, ", local rank ", local_rank, " of ", local_world_size,
-                        via_mpi ? std::string(", store address from MPI")
-                                : detail::concat(", master ", master_addr, ":", master_port),
-                        job_id.empty() ? std::string() : ", job " + job_id);
+  return lockstep::detail::concat(
+      "lockstep: launched by ", contract, " (", source, "): rank ", rank, " of ", world_size,
+      ", local rank ", local_rank, " of ", local_world_size,
+      via_mpi ? std::string(", store address from MPI")
+              : lockstep::detail::concat(", master ", master_addr, ":", master_port),
+      job_id.empty() ? std::string() : ", job " + job_id);
 }
 
 std::string LaunchEnv::announcement() const {

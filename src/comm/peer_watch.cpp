@@ -46,7 +46,7 @@ bool process_exited(pid_t pid) {
 
 std::string machine_id() {
   if (const char* v = std::getenv(env::kLivenessLocal); v && std::string(v) == "0")
-    return detail::concat("pid-", ::getpid());  // unique: no peer counts as local
+    return lockstep::detail::concat("pid-", ::getpid());  // unique: no peer counts as local
   std::string boot;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
   char ns[128] = {};
@@ -93,13 +93,14 @@ int PeerWatch::check(std::string* what) {
   // stopped one: name the stopped one, the cause.
   const bool now_stopped = stopped && stopped->stopped_since != Clock::time_point{};
   if (stopped && (exited || (now_stopped && now - stopped->stopped_since >= stop_limit_))) {
-    *what = detail::concat("rank ", stopped->rank, " (pid ", stopped->pid,
-                           ", this host) is stopped (SIGSTOP/SIGTSTP) and not answering");
-    if (exited) *what += detail::concat("; rank ", exited->rank, " has exited meanwhile");
+    *what = lockstep::detail::concat("rank ", stopped->rank, " (pid ", stopped->pid,
+                                     ", this host) is stopped (SIGSTOP/SIGTSTP) and not answering");
+    if (exited) *what += lockstep::detail::concat("; rank ", exited->rank, " has exited meanwhile");
     return stopped->rank;
   }
   if (exited) {
-    *what = detail::concat("rank ", exited->rank, " (pid ", exited->pid, ", this host) exited");
+    *what = lockstep::detail::concat("rank ", exited->rank, " (pid ", exited->pid,
+                                     ", this host) exited");
     return exited->rank;
   }
   return -1;

@@ -116,7 +116,7 @@ WorkPtr ProcessGroup::enqueue(OpDesc desc, Millis timeout,
   std::unique_lock<std::mutex> lock(mu_);
   const auto me = std::this_thread::get_id();
   if (me == thread_.get_id() || (running_here_ && me == here_thread_))
-    throw InvalidArgument(detail::concat(
+    throw InvalidArgument(lockstep::detail::concat(
         op_kind_name(desc.kind),
         ": issued from the group's own comm thread (inside a "
         "composite body?); waiting on it there would deadlock: call the Backend directly"));
@@ -326,10 +326,11 @@ void ProcessGroup::check_through_store(const OpContext& ctx) {
   try {
     v = exchange_fingerprints(*options_.side_store, rank_, size_, d, ctx.deadline, stop);
   } catch (const std::exception& e) {
-    throw CommError(CommError::Kind::Failed, op_context(*backend_, d, &ctx),
-                    detail::concat("the fingerprint check through the rendezvous store failed "
-                                   "(LOCKSTEP_DEBUG=DETAIL): ",
-                                   e.what()));
+    throw CommError(
+        CommError::Kind::Failed, op_context(*backend_, d, &ctx),
+        lockstep::detail::concat("the fingerprint check through the rendezvous store failed "
+                                 "(LOCKSTEP_DEBUG=DETAIL): ",
+                                 e.what()));
   }
   CommContext c = op_context(*backend_, d, &ctx);
   using S = FingerprintVerdict::Status;
@@ -348,13 +349,14 @@ void ProcessGroup::check_through_store(const OpContext& ctx) {
   std::string list;
   for (int r : v.missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
   c.peer = v.missing.empty() ? 0 : v.missing[0];
-  throw CommError(CommError::Kind::Timeout, c,
-                  v.missing.empty()
-                      ? detail::concat("every rank entered ", describe_op(d),
-                                       " but rank 0 published no verdict on their fingerprints "
-                                       "(LOCKSTEP_DEBUG=DETAIL)")
-                      : detail::concat("rank(s) ", list, " never entered ", describe_op(d),
-                                       " (LOCKSTEP_DEBUG=DETAIL's fingerprint check)"));
+  throw CommError(
+      CommError::Kind::Timeout, c,
+      v.missing.empty()
+          ? lockstep::detail::concat("every rank entered ", describe_op(d),
+                                     " but rank 0 published no verdict on their fingerprints "
+                                     "(LOCKSTEP_DEBUG=DETAIL)")
+          : lockstep::detail::concat("rank(s) ", list, " never entered ", describe_op(d),
+                                     " (LOCKSTEP_DEBUG=DETAIL's fingerprint check)"));
 }
 
 WorkPtr ProcessGroup::allreduce(at::Tensor& t, const AllreduceOptions& o) {
@@ -375,9 +377,9 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> ts, const Allr
   for (const auto& t : ts) {
     validate_tensor(t, "allreduce_coalesced");
     if (t.scalar_type() != ts[0].scalar_type())
-      throw InvalidArgument(
-          detail::concat("allreduce_coalesced: tensors mix ", dtype_name(ts[0].scalar_type()),
-                         " and ", dtype_name(t.scalar_type()), "; use one call per dtype"));
+      throw InvalidArgument(lockstep::detail::concat(
+          "allreduce_coalesced: tensors mix ", dtype_name(ts[0].scalar_type()), " and ",
+          dtype_name(t.scalar_type()), "; use one call per dtype"));
     numel += t.numel();
   }
   validate_reduce(ts[0], o.op, "allreduce_coalesced");

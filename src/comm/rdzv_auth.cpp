@@ -43,8 +43,9 @@ std::string random_hex(size_t bytes) {
 std::string show_id(const std::string& id) { return id.empty() ? "(none)" : "'" + id + "'"; }
 
 [[noreturn]] void refuse(const LaunchEnv& e, const std::string& why) {
-  throw ConfigError(detail::concat("rank ", e.rank, " refused by the rendezvous store at ",
-                                   e.master_addr, ":", e.master_port, ": ", why));
+  throw ConfigError(lockstep::detail::concat("rank ", e.rank,
+                                             " refused by the rendezvous store at ", e.master_addr,
+                                             ":", e.master_port, ": ", why));
 }
 
 void publish_as_rank0(const StorePtr& store, const LaunchEnv& e) {
@@ -75,22 +76,23 @@ void handshake(const StorePtr& store, const LaunchEnv& e) {
   if (e.rank == 0) return publish_as_rank0(store, e);
   const std::string job = store_get(store, key::kJob);
   if (job != e.job_id)
-    refuse(e, detail::concat("it belongs to job ", show_id(job), ", this rank to job ",
-                             show_id(e.job_id),
-                             ". Two jobs share the port: give each its own --master-port "
-                             "(MASTER_PORT), or every node of one job the same --rdzv-id (",
-                             n::kJobId, ")"));
+    refuse(e, lockstep::detail::concat(
+                  "it belongs to job ", show_id(job), ", this rank to job ", show_id(e.job_id),
+                  ". Two jobs share the port: give each its own --master-port "
+                  "(MASTER_PORT), or every node of one job the same --rdzv-id (",
+                  n::kJobId, ")"));
   const bool required = store_get(store, key::kAuth) == "token";
   if (required && e.rdzv_token.empty())
-    refuse(e, detail::concat("rank 0 requires the job's token and this rank has none; set ",
-                             n::kRdzvToken, " or ", n::kRdzvTokenFile, " on every node"));
+    refuse(e,
+           lockstep::detail::concat("rank 0 requires the job's token and this rank has none; set ",
+                                    n::kRdzvToken, " or ", n::kRdzvTokenFile, " on every node"));
   if (!required && !e.rdzv_token.empty())
-    refuse(e, detail::concat("this rank has a token but rank 0 has none; set the same ",
-                             n::kRdzvToken, " or ", n::kRdzvTokenFile, " on every node"));
+    refuse(e, lockstep::detail::concat("this rank has a token but rank 0 has none; set the same ",
+                                       n::kRdzvToken, " or ", n::kRdzvTokenFile, " on every node"));
   if (required && store_get(store, key::kCheck) !=
                       rdzv_proof(e.rdzv_token, store_get(store, key::kNonce) + "\ncheck"))
-    refuse(e, detail::concat("this rank's token differs from rank 0's; set the same ",
-                             n::kRdzvToken, " or ", n::kRdzvTokenFile, " on every node"));
+    refuse(e, lockstep::detail::concat("this rank's token differs from rank 0's; set the same ",
+                                       n::kRdzvToken, " or ", n::kRdzvTokenFile, " on every node"));
 }
 
 std::string seal(const StorePtr& store, const LaunchEnv& e, const std::string& k,
@@ -112,11 +114,12 @@ std::string unseal(const StorePtr& store, const LaunchEnv& e, const std::string&
     c.world_size = e.world_size;
     c.op = "rendezvous";
     c.peer = rank;
-    throw CommError(CommError::Kind::Rendezvous, c,
-                    detail::concat("the join entry of rank ", rank,
-                                   " carries no valid proof of the job's token: a process "
-                                   "without the token wrote it; the job stops rather than "
-                                   "accept it"));
+    throw CommError(
+        CommError::Kind::Rendezvous, c,
+        lockstep::detail::concat("the join entry of rank ", rank,
+                                 " carries no valid proof of the job's token: a process "
+                                 "without the token wrote it; the job stops rather than "
+                                 "accept it"));
   }
   return payload;
 }

@@ -183,7 +183,8 @@ void many_for_op(void* dst, const void* const* srcs, int k, int64_t n, at::Scala
     case at::kHalf:
       return half_many<Op>(static_cast<c10::Half*>(dst), srcs, k, n);
     default:
-      throw InvalidArgument(detail::concat("reduce: unsupported dtype ", c10::toString(t)));
+      throw InvalidArgument(
+          lockstep::detail::concat("reduce: unsupported dtype ", c10::toString(t)));
   }
 }
 
@@ -205,8 +206,8 @@ void divide_inplace(void* d, int64_t n, at::ScalarType t, int64_t divisor) {
     case at::kHalf:
       return divide_all(static_cast<c10::Half*>(d), n, static_cast<float>(divisor));
     default:
-      throw InvalidArgument(detail::concat("divide: unsupported dtype ", c10::toString(t),
-                                           " (avg needs a floating-point tensor)"));
+      throw InvalidArgument(lockstep::detail::concat("divide: unsupported dtype ", c10::toString(t),
+                                                     " (avg needs a floating-point tensor)"));
   }
 }
 
@@ -222,8 +223,9 @@ void reduce_many(void* dst, const void* const* srcs, int k, int64_t n, at::Scala
     case ReduceOp::Min:
       return many_for_op<MinOp>(dst, srcs, k, n, t);
     default:
-      throw InvalidArgument(detail::concat("reduce: unsupported op ", static_cast<int>(op),
-                                           " (Avg is handled by the process group)"));
+      throw InvalidArgument(lockstep::detail::concat("reduce: unsupported op ",
+                                                     static_cast<int>(op),
+                                                     " (Avg is handled by the process group)"));
   }
 }
 

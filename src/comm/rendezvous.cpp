@@ -107,18 +107,19 @@ StorePtr connect_store(const LaunchEnv& e, Millis timeout) {
     c.op = "rendezvous";
     const std::string where = e.master_addr + ":" + std::to_string(e.master_port);
     if (e.rank == 0 && is_port_in_use(ex.what()))
-      throw ConfigError(detail::concat(
+      throw ConfigError(lockstep::detail::concat(
           "rank 0 cannot host the rendezvous store on ", where,
           ": the port is in use. Pick "
           "another with MASTER_PORT (lockstep-run --master-port N, or 0 to choose a free one)"));
     if (e.rank == 0) throw CommError(CommError::Kind::Rendezvous, c, ex.what());
     c.peer = 0;
     c.timeout_s = std::chrono::duration<double>(timeout).count();
-    throw CommError(CommError::Kind::Rendezvous, c,
-                    detail::concat("could not reach rank 0's store at ", where,
-                                   ": rank 0 has not started, or MASTER_ADDR/MASTER_PORT point "
-                                   "elsewhere (",
-                                   ex.what(), ")"));
+    throw CommError(
+        CommError::Kind::Rendezvous, c,
+        lockstep::detail::concat("could not reach rank 0's store at ", where,
+                                 ": rank 0 has not started, or MASTER_ADDR/MASTER_PORT point "
+                                 "elsewhere (",
+                                 ex.what(), ")"));
   }
 }
 
@@ -133,9 +134,9 @@ bool store_check(const StorePtr& store, const std::string& key, const LaunchEnv&
     c.peer = 0;
     throw CommError(
         CommError::Kind::Rendezvous, c,
-        detail::concat("lost the connection to rank 0's store (rank 0 exited or gave up "
-                       "waiting): ",
-                       ex.what()));
+        lockstep::detail::concat("lost the connection to rank 0's store (rank 0 exited or gave up "
+                                 "waiting): ",
+                                 ex.what()));
   }
 }
 
@@ -214,8 +215,8 @@ std::vector<std::string> join(const StorePtr& store, const std::string& prefix, 
       c.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
       c.timeout_s = std::chrono::duration<double>(timeout).count();
       throw CommError(CommError::Kind::Rendezvous, c,
-                      detail::concat(missing.size(), " of ", e.world_size,
-                                     " ranks never joined: missing rank(s) ", list));
+                      lockstep::detail::concat(missing.size(), " of ", e.world_size,
+                                               " ranks never joined: missing rank(s) ", list));
     }
     std::this_thread::sleep_for(Millis(20));
   }

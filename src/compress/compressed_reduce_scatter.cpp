@@ -68,10 +68,10 @@ void CompressedReduceScatter::finish() {
   if (bad_ < 0) return;
   const std::string layer = plan_->layer_at(bad_);
   throw NonFiniteGradient(
-      layer,
-      detail::concat("non-finite gradient (NaN or Inf) in layer '", layer, "' (element ", bad_,
-                     " of the flat buffer) met by the compressed "
-                     "reduce-scatter; the step's gradients are not usable"));
+      layer, lockstep::detail::concat("non-finite gradient (NaN or Inf) in layer '", layer,
+                                      "' (element ", bad_,
+                                      " of the flat buffer) met by the compressed "
+                                      "reduce-scatter; the step's gradients are not usable"));
 }
 
 void CompressedReduceScatter::run(comm::ProcessGroup& group, at::Tensor out, at::Tensor in,

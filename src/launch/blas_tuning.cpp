@@ -77,9 +77,10 @@ BlasTuning blas_tuning(const EnvMap& base, std::string_view detected_core, blas:
   const auto better = blas::better_core(detected_core, cpu, amd);
   if (!better) return t;
   t.env[kCoreType] = *better;
-  t.note = detail::concat("OpenBLAS would run its ", detected_core, " kernels on this CPU (",
-                          blas::isa_name(cpu), "); setting ", kCoreType, "=", *better,
-                          " for each rank (set ", kCoreType, " yourself to choose)");
+  t.note =
+      lockstep::detail::concat("OpenBLAS would run its ", detected_core, " kernels on this CPU (",
+                               blas::isa_name(cpu), "); setting ", kCoreType, "=", *better,
+                               " for each rank (set ", kCoreType, " yourself to choose)");
   return t;
 }
 

@@ -25,7 +25,7 @@
 namespace lockstep::launch {
 namespace {
 
-using detail::concat;
+using lockstep::detail::concat;
 using Clock = std::chrono::steady_clock;
 
 volatile std::sig_atomic_t g_quit = 0;

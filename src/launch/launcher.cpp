@@ -27,7 +27,7 @@
 namespace lockstep::launch {
 namespace {
 
-using detail::concat;
+using lockstep::detail::concat;
 
 // If the launcher was started with fd 0, 1 or 2 closed, a pipe could land there and the
 // child's dup2 onto 1/2 would clobber it; park /dev/null on the gaps first.

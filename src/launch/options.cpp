@@ -16,7 +16,7 @@
 namespace lockstep::launch {
 namespace {
 
-using detail::concat;
+using lockstep::detail::concat;
 
 long parse_long(const std::string& flag, const std::string& value, long lo, long hi,
                 const char* expected) {

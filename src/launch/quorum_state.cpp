@@ -8,7 +8,7 @@
 namespace lockstep::launch {
 namespace {
 
-using detail::concat;
+using lockstep::detail::concat;
 
 double seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();

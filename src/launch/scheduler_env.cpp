@@ -12,7 +12,7 @@
 namespace lockstep::launch {
 namespace {
 
-using detail::concat;
+using lockstep::detail::concat;
 using Env = std::map<std::string, std::string>;
 namespace n = lockstep::env;
 

@@ -124,7 +124,7 @@ void check_leaves_declared(const variable_list& outputs, const variable_list& in
     if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(node)) {
       const auto& v = acc->variable;
       if (v.requires_grad() && declared.count(v.unsafeGetTensorImpl()) == 0)
-        throw InvalidArgument(detail::concat(
+        throw InvalidArgument(lockstep::detail::concat(
             "lockstep::numerics::activation_checkpoint: the checkpointed function uses a tensor of "
             "shape ",
             v.sizes(), " ", v.scalar_type(),
@@ -186,12 +186,12 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     variable_list outputs = run_recording(*st, inputs, kept);
     for (size_t i = 0; i < inputs.size(); ++i)
       if (inputs[i]._version() != versions[i])
-        throw InvalidArgument(
-            detail::concat("lockstep::numerics::activation_checkpoint: the checkpointed function "
-                           "modified its input ",
-                           i,
-                           " in place; the recomputation in backward would see the modified value: "
-                           "clone the input inside the function before modifying it"));
+        throw InvalidArgument(lockstep::detail::concat(
+            "lockstep::numerics::activation_checkpoint: the checkpointed function "
+            "modified its input ",
+            i,
+            " in place; the recomputation in backward would see the modified value: "
+            "clone the input inside the function before modifying it"));
     for (size_t i = 0; i < outputs.size(); ++i)
       LOCKSTEP_CHECK(outputs[i].defined(), "lockstep::numerics::activation_checkpoint: output ", i,
                      " of the checkpointed function is undefined; return defined tensors only");

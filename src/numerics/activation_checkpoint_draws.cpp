@@ -36,7 +36,7 @@ void set_cpu_rng_state(const at::Tensor& state) {
 // The next recorded draw of a replaying frame, checked against the shape asked for.
 const KeptDraw& take(KeptDraws& kept, c10::IntArrayRef sizes) {
   if (kept.next >= kept.draws.size())
-    throw InvalidArgument(detail::concat(
+    throw InvalidArgument(lockstep::detail::concat(
         "lockstep::numerics::activation_checkpoint: the recomputation made more kept random draws "
         "(dropout) than the "
         "forward (",
@@ -44,11 +44,11 @@ const KeptDraw& take(KeptDraws& kept, c10::IntArrayRef sizes) {
         "); the checkpointed function must make the same dropout calls when run again"));
   const KeptDraw& d = kept.draws[kept.next];
   if (d.value.sizes() != sizes)
-    throw InvalidArgument(
-        detail::concat("lockstep::numerics::activation_checkpoint: kept random draw ", kept.next,
-                       " (dropout) has shape ", d.value.sizes(), " in the forward but ", sizes,
-                       " in the recomputation; the checkpointed function must make the "
-                       "same dropout calls on the same shapes when run again"));
+    throw InvalidArgument(lockstep::detail::concat(
+        "lockstep::numerics::activation_checkpoint: kept random draw ", kept.next,
+        " (dropout) has shape ", d.value.sizes(), " in the forward but ", sizes,
+        " in the recomputation; the checkpointed function must make the "
+        "same dropout calls on the same shapes when run again"));
   ++kept.next;
   return d;
 }

@@ -20,7 +20,7 @@ bool is_float_dtype(c10::ScalarType t) {
 
 template <typename... Args>
 void require_adamw(bool ok, const Args&... message) {
-  if (!ok) throw InvalidArgument(detail::concat("AnyPrecisionAdamW: ", message...));
+  if (!ok) throw InvalidArgument(lockstep::detail::concat("AnyPrecisionAdamW: ", message...));
 }
 
 void require_dtype(const char* option, c10::ScalarType t) {

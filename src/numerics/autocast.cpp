@@ -13,7 +13,8 @@ using c10::ScalarType;
 
 template <typename... Args>
 void require_autocast(bool ok, const Args&... message) {
-  if (!ok) throw InvalidArgument(detail::concat("lockstep::numerics::Autocast: ", message...));
+  if (!ok)
+    throw InvalidArgument(lockstep::detail::concat("lockstep::numerics::Autocast: ", message...));
 }
 
 void check_supported(const AutocastOptions& o) {

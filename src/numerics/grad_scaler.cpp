@@ -12,7 +12,7 @@ GradScaler::GradScaler(GradScalerOptions options, std::shared_ptr<comm::ProcessG
     : options_(options), group_(std::move(group)), scale_(options.init_scale) {
   const auto& o = options_;
   auto bad = [](const char* what) {
-    throw InvalidArgument(detail::concat("GradScalerOptions: ", what));
+    throw InvalidArgument(lockstep::detail::concat("GradScalerOptions: ", what));
   };
   if (!(o.init_scale > 0 && std::isfinite(o.init_scale))) bad("init_scale must be finite and > 0");
   if (!(o.growth_factor > 1)) bad("growth_factor must be > 1");

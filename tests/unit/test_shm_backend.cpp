@@ -55,14 +55,14 @@ struct Rank {
 struct CheckFailed : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-#define CHILD_CHECK(cond, ...)                                                 \
-  do {                                                                         \
-    if (!(cond)) throw CheckFailed(detail::concat(#cond, " ", ##__VA_ARGS__)); \
+#define CHILD_CHECK(cond, ...)                                                           \
+  do {                                                                                   \
+    if (!(cond)) throw CheckFailed(lockstep::detail::concat(#cond, " ", ##__VA_ARGS__)); \
   } while (0)
 
 std::string unique_prefix(const char* test) {
   static int counter = 0;
-  return detail::concat("shmtest-", ::getpid(), "-", counter++, "-", test);
+  return lockstep::detail::concat("shmtest-", ::getpid(), "-", counter++, "-", test);
 }
 
 int child_main(int rank, int P, const std::string& store_path, const std::string& prefix,
@@ -132,9 +132,9 @@ void check_equal(const at::Tensor& got, const at::Tensor& want, const std::strin
   if (!torch::equal(got, want.to(got.scalar_type()))) {
     const auto diff = (got.to(torch::kDouble) - want.to(torch::kDouble)).abs();
     const int64_t bad = diff.nonzero().numel() > 0 ? diff.nonzero()[0].item<int64_t>() : -1;
-    throw CheckFailed(detail::concat(what, ": mismatch, first bad index ", bad, " got ",
-                                     bad >= 0 ? got[bad].item<double>() : 0, " want ",
-                                     bad >= 0 ? want[bad].item<double>() : 0));
+    throw CheckFailed(lockstep::detail::concat(what, ": mismatch, first bad index ", bad, " got ",
+                                               bad >= 0 ? got[bad].item<double>() : 0, " want ",
+                                               bad >= 0 ? want[bad].item<double>() : 0));
   }
 }
 
@@ -149,7 +149,7 @@ void all_collectives(Rank& g) {
     for (int64_t n : kSizes) {
       // The big size for one dtype of each width keeps the test fast on 2 cores.
       if (n > 1000 && (dt == at::kDouble || dt == at::kHalf || dt == at::kInt)) continue;
-      const std::string where = detail::concat(dtype_name(dt), " n=", n, " P=", P);
+      const std::string where = lockstep::detail::concat(dtype_name(dt), " n=", n, " P=", P);
       const at::Tensor base = pattern(n);
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min}) {
         at::Tensor t = (base * (me + 1)).to(dt);
@@ -160,7 +160,8 @@ void all_collectives(Rank& g) {
       for (int root : {0, P - 1}) {
         at::Tensor t = (base * (me + 1)).to(dt);
         g.be->broadcast(t, root, g.ctx(OpKind::Broadcast));
-        check_equal(t, base * (root + 1), detail::concat("broadcast root ", root, " ", where));
+        check_equal(t, base * (root + 1),
+                    lockstep::detail::concat("broadcast root ", root, " ", where));
       }
       {
         at::Tensor in = (base * (me + 1)).to(dt);
@@ -200,12 +201,13 @@ void send_recv(Rank& g) {
         g.be->send(out, r, 5, g.ctx(OpKind::Send));
         at::Tensor back = torch::empty({n}, torch::kFloat);
         g.be->recv(back, r, 6, g.ctx(OpKind::Recv));
-        check_equal(back, base * (r + 1) + r, detail::concat("send/recv n=", n, " peer ", r));
+        check_equal(back, base * (r + 1) + r,
+                    lockstep::detail::concat("send/recv n=", n, " peer ", r));
       }
     } else {
       at::Tensor t = torch::empty({n}, torch::kFloat);
       g.be->recv(t, 0, 5, g.ctx(OpKind::Recv));
-      check_equal(t, base * (g.rank + 1), detail::concat("recv n=", n));
+      check_equal(t, base * (g.rank + 1), lockstep::detail::concat("recv n=", n));
       t += g.rank;
       g.be->send(t, 0, 6, g.ctx(OpKind::Send));
     }
@@ -232,7 +234,8 @@ TEST_P(ShmBackendP, SmallBuffersManyChunks) {
         for (int64_t n : {int64_t{5}, int64_t{3000}, int64_t{(1 << 20) + 3}}) {
           at::Tensor t = (pattern(n) * (g.rank + 1)).to(torch::kFloat);
           g.be->allreduce(t, ReduceOp::Sum, g.ctx(OpKind::Allreduce));
-          check_equal(t, pattern(n) * (P * (P + 1) / 2), detail::concat("allreduce n=", n));
+          check_equal(t, pattern(n) * (P * (P + 1) / 2),
+                      lockstep::detail::concat("allreduce n=", n));
         }
         send_recv(g);
       },
@@ -254,8 +257,8 @@ TEST_P(ShmBackendP, StreamingPathFollowsRankZero) {
           for (int64_t n : {int64_t{5}, int64_t{40000}, int64_t{(1 << 18) + 3}}) {
             for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg}) {
               if (op == ReduceOp::Avg && dt != at::kFloat) continue;
-              const std::string where =
-                  detail::concat(reduce_op_name(op), " ", dtype_name(dt), " n=", n, " P=", P);
+              const std::string where = lockstep::detail::concat(
+                  reduce_op_name(op), " ", dtype_name(dt), " n=", n, " P=", P);
               at::Tensor t = (pattern(n) * (g.rank + 1)).to(dt);
               g.be->allreduce(t, op, g.ctx(OpKind::Allreduce));
               const at::Tensor want = op == ReduceOp::Sum   ? pattern(n) * tri
@@ -285,7 +288,8 @@ TEST_P(ShmBackendP, StreamedOutputsAreExact) {
         all_collectives(g);
         const int P = g.size, me = g.rank;
         const int64_t tri = P * (P + 1) / 2, n = 50001;
-        const std::string where = detail::concat("n=", n, " P=", P, " output at +4 bytes");
+        const std::string where =
+            lockstep::detail::concat("n=", n, " P=", P, " output at +4 bytes");
         at::Tensor in = (pattern(n) * (me + 1)).to(torch::kFloat);
         at::Tensor out = torch::zeros({P * n + 1}, torch::kFloat).narrow(0, 1, P * n);
         g.be->allgather(out, in, g.ctx(OpKind::Allgather));
@@ -335,8 +339,8 @@ TEST_P(ShmBackendP, SharedMemoryAllreduceInPlace) {
             for (int64_t shift : {int64_t{0}, int64_t{7}}) {
               for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg}) {
                 if (op == ReduceOp::Avg && dt != at::kFloat) continue;
-                const std::string where = detail::concat(reduce_op_name(op), " ", dtype_name(dt),
-                                                         " shift=", shift, " P=", P);
+                const std::string where = lockstep::detail::concat(
+                    reduce_op_name(op), " ", dtype_name(dt), " shift=", shift, " P=", P);
                 buf.fill_(-1);
                 g.be->barrier(g.ctx(OpKind::Barrier));  // no peer still writes into buf
                 at::Tensor t = buf.narrow(0, pad + (g.rank == 0 ? shift : 0), n);
@@ -375,7 +379,7 @@ CommError expect_comm_error(const std::function<void()>& fn, CommError::Kind kin
     CHILD_CHECK(e.kind() == kind, "got ", CommError::kind_name(e.kind()), ": ", e.what());
     return e;
   }
-  throw CheckFailed(detail::concat("expected CommError ", CommError::kind_name(kind)));
+  throw CheckFailed(lockstep::detail::concat("expected CommError ", CommError::kind_name(kind)));
 }
 
 TEST(ShmBackendFaults, MismatchRaisesOnAllRanks) {
@@ -534,7 +538,7 @@ TEST(ShmBackendFaults, SharedAllocationPeerDiesMidway) {
 TEST(ShmBackendZ, NoSegmentLeftBehind) {
   expect_all_ok(run_ranks(
       2, [](Rank& g) { g.be->barrier(g.ctx(OpKind::Barrier)); }, "leak"));
-  const std::string mine = detail::concat("lockstep-", ::getuid(), "-");
+  const std::string mine = lockstep::detail::concat("lockstep-", ::getuid(), "-");
   std::vector<std::string> left;
   if (DIR* d = ::opendir("/dev/shm")) {
     while (dirent* e = ::readdir(d)) {

@@ -75,14 +75,14 @@ void verify_same_model(comm::ProcessGroup& group, const std::vector<std::string>
     const size_t n = std::min(ref.size(), other.size());
     for (size_t i = 0; i < n; ++i) {
       if (ref[i].dtype == other[i].dtype && ref[i].shape == other[i].shape) continue;
-      throw ModelMismatch(detail::concat(
+      throw ModelMismatch(lockstep::detail::concat(
           "DDP: ranks hold different models: parameter #", i, " '", ref[i].name, "' is ",
           ref[i].dtype, ref[i].shape, " on rank 0 but '", other[i].name, "' is ", other[i].dtype,
           other[i].shape, " on rank ", r, " (seen from rank ", group.rank(), ")"));
     }
     if (ref.size() != other.size()) {
       const auto& longer = ref.size() > other.size() ? ref : other;
-      throw ModelMismatch(detail::concat(
+      throw ModelMismatch(lockstep::detail::concat(
           "DDP: ranks hold different models: rank 0 has ", ref.size(), " parameters, rank ", r,
           " has ", other.size(), "; first parameter present on only one of them: '", longer[n].name,
           "' ", longer[n].dtype, longer[n].shape, " (on rank ", ref.size() > other.size() ? 0 : r,

@@ -175,7 +175,7 @@ void Reducer::prepare_for_forward() {
   // the group so nobody sums gradients of different steps (the job must restart).
   if (step_active_) {
     if (world_size_ > 1 && next_launch_ < (int64_t)buckets_.size())
-      group_->abort(std::make_exception_ptr(Error(detail::concat(
+      group_->abort(std::make_exception_ptr(Error(lockstep::detail::concat(
           "DDP (rank ", group_->rank(), "): a backward pass failed after ", next_launch_, " of ",
           buckets_.size(), " gradient buckets were reduced; the group cannot continue in step"))));
     abandon_step_locked();
@@ -201,7 +201,7 @@ void Reducer::on_grad_ready(int64_t i) {
     begin_step_locked();
   }
   if (ready_[i]) {
-    throw InvalidArgument(detail::concat(
+    throw InvalidArgument(lockstep::detail::concat(
         "DDP: parameter '", names_[i],
         "' received its gradient twice in one backward pass "
         "(reentrant backward or a parameter shared in a way autograd reports twice); this is "
@@ -274,10 +274,11 @@ void Reducer::copy_grad_to_bucket_locked(int64_t i) {
     return;
   }
   if (grad.is_sparse())
-    throw InvalidArgument(detail::concat("DDP: parameter '", names_[i],
-                                         "' has a sparse gradient "
-                                         "(e.g. Embedding with sparse=true); DDP reduces dense "
-                                         "gradients only: turn the module's sparse option off"));
+    throw InvalidArgument(
+        lockstep::detail::concat("DDP: parameter '", names_[i],
+                                 "' has a sparse gradient "
+                                 "(e.g. Embedding with sparse=true); DDP reduces dense "
+                                 "gradients only: turn the module's sparse option off"));
   // Comm hooks get the buffer divided by world size; the built-in allreduce averages.
   const bool prescale = !builtin_hook() && world_size_ > 1;
   if (grad.data_ptr() == view.data_ptr()) {

@@ -201,14 +201,14 @@ void FSDPCore::check_secondary_group() {
   const auto& sec = options_.secondary_group;
   if (!sec) return;
   if (options_.strategy != ShardingStrategy::FullShard)
-    throw InvalidArgument(detail::concat(
+    throw InvalidArgument(lockstep::detail::concat(
         "FSDPOptions::secondary_group (hpZ) needs ShardingStrategy::FullShard, not ",
         strategy_name(options_.strategy), ": only full_shard gathers again for backward"));
   const int L = sec->size(), P = group_->size();
   at::Tensor bad = at::full({1}, P % L != 0 || group_->rank() % L != sec->rank() ? 1 : 0, at::kInt);
   group_->allreduce(bad, {comm::ReduceOp::Max, comm::Millis(0)})->wait();
   if (bad.item<int>() != 0)
-    throw InvalidArgument(detail::concat(
+    throw InvalidArgument(lockstep::detail::concat(
         "FSDPOptions::secondary_group (hpZ): rank ", group_->rank(), " of the FSDP group (", P,
         " ranks) is rank ", sec->rank(), " of ", L,
         " in the secondary group, and some rank's is not its node; it must hold the ranks "
@@ -253,7 +253,7 @@ void FSDPCore::check_parameters_unchanged() {
   std::string added;
   for (const auto& item : now)
     if (known.count(item.key()) == 0) added += (added.empty() ? "" : ", ") + item.key();
-  throw InvalidArgument(detail::concat(
+  throw InvalidArgument(lockstep::detail::concat(
       "FullyShardedDataParallel: the module had ", num_params_, " parameters when wrapped and has ",
       now.size(), " now", added.empty() ? "" : " (new: " + added + ")",
       "; parameters cannot be added or removed after wrapping: build the whole model first"));
@@ -281,12 +281,12 @@ void FSDPCore::after_root_forward(const std::vector<at::Tensor>& outputs) {
 void FSDPCore::unit_pre_forward(int u) {
   if (summoned_) return;
   if (!in_forward_)
-    throw InvalidArgument(detail::concat(
+    throw InvalidArgument(lockstep::detail::concat(
         "FSDP unit '", unit(u).name(),
         "' was called outside FullyShardedDataParallel's "
         "forward; call the FSDP object, not the module, so that its parameters are gathered"));
   if (std::find(forward_order_.begin(), forward_order_.end(), u) != forward_order_.end())
-    throw InvalidArgument(detail::concat(
+    throw InvalidArgument(lockstep::detail::concat(
         "FSDP unit '", unit(u).name(),
         "' ran twice in one forward; a unit's parameters are "
         "freed after its forward: wrap the layers called twice in one unit with their caller"));

@@ -31,11 +31,11 @@ FlatUnit::FlatUnit(std::string name, std::vector<std::string> param_names,
     const auto& p = params_[i];
     if (p.scalar_type() != dtype || !p.device().is_cpu())
       throw InvalidArgument(
-          detail::concat("FSDP unit '", name_, "': parameter '", names_[i], "' is ",
-                         comm::dtype_name(p.scalar_type()), " on ", p.device(), ", but '",
-                         names_[0], "' is ", comm::dtype_name(dtype),
-                         " on cpu; a unit's parameters must share one dtype and be "
-                         "on the CPU (wrap the odd ones in a unit of their own)"));
+          lockstep::detail::concat("FSDP unit '", name_, "': parameter '", names_[i], "' is ",
+                                   comm::dtype_name(p.scalar_type()), " on ", p.device(), ", but '",
+                                   names_[0], "' is ", comm::dtype_name(dtype),
+                                   " on cpu; a unit's parameters must share one dtype and be "
+                                   "on the CPU (wrap the odd ones in a unit of their own)"));
     offsets_.push_back(total);
     total += p.numel();
     if (p.requires_grad()) ++expected_grads_;
@@ -71,7 +71,7 @@ void FlatUnit::make_codecs(const Compression& cz, at::ScalarType param_dtype) {
     layers.push_back({names_[i], offsets_[i], params_[i].numel()});
   auto check = [&](const char* key, at::ScalarType dt, const char* which) {
     if (dt != at::kFloat && dt != at::kBFloat16 && dt != at::kHalf)
-      throw InvalidArgument(detail::concat(
+      throw InvalidArgument(lockstep::detail::concat(
           "FSDP compression.", key, " needs a ", which,
           " dtype of float32, bfloat16 or float16; unit '", name_, "' has ", comm::dtype_name(dt),
           " (set MixedPrecision::", which, "_dtype, or leave ", key, " at 0)"));

@@ -165,8 +165,9 @@ std::unique_ptr<ShardFile> open_file(const std::function<std::string(const std::
     if (read_string(f->archive, "format") != kFormat) throw Error("unknown format");
     f->sharded = read_int(f->archive, "sharded") != 0;
   } catch (const std::exception& e) {
-    throw Error(detail::concat("FSDP checkpoint file ", f->name, " is not a ", kFormat,
-                               " archive (", e.what(), "); was it written by save_sharded_state?"));
+    throw Error(lockstep::detail::concat("FSDP checkpoint file ", f->name, " is not a ", kFormat,
+                                         " archive (", e.what(),
+                                         "); was it written by save_sharded_state?"));
   }
   return f;
 }
@@ -188,11 +189,11 @@ void check_layout(const FlatUnit& u, const std::string& file, const std::string&
   std::string la, lb;
   while (std::getline(a, la) && std::getline(b, lb) && la == lb) {
   }
-  throw InvalidArgument(
-      detail::concat("FSDP checkpoint ", file, " does not match this model: unit '", u.name(),
-                     "' holds [", lb.empty() ? "nothing more" : lb, "] here but [",
-                     la.empty() ? "nothing more" : la, "] in the checkpoint (unit '", name,
-                     "'); it was written for a different model or wrap policy"));
+  throw InvalidArgument(lockstep::detail::concat(
+      "FSDP checkpoint ", file, " does not match this model: unit '", u.name(), "' holds [",
+      lb.empty() ? "nothing more" : lb, "] here but [", la.empty() ? "nothing more" : la,
+      "] in the checkpoint (unit '", name,
+      "'); it was written for a different model or wrap policy"));
 }
 
 // The optimizer state of [lo, hi) from one file into `st` (tensors as long as the shard).
@@ -202,8 +203,8 @@ void read_opt_range(InputArchive& ua, const std::string& file, const FlatUnit& u
   const std::string kind = read_string(ua, "opt_kind");
   if (want_kind == "none" || kind == "none") return;
   if (kind != want_kind)
-    throw InvalidArgument(detail::concat("FSDP checkpoint ", file, " holds ", kind,
-                                         " state but the optimizer is ", want_kind));
+    throw InvalidArgument(lockstep::detail::concat("FSDP checkpoint ", file, " holds ", kind,
+                                                   " state but the optimizer is ", want_kind));
   st.kind = kind;
   st.step = read_int(ua, "opt_step");
   for (const char* name :
@@ -256,8 +257,9 @@ void load_unit(FlatUnit& u, size_t k, ShardFiles& files,
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    throw Error(detail::concat("FSDP checkpoint file ", path, " is missing or unreadable; ",
-                               "every rank of the saving job wrote one, keep them together"));
+    throw Error(
+        lockstep::detail::concat("FSDP checkpoint file ", path, " is missing or unreadable; ",
+                                 "every rank of the saving job wrote one, keep them together"));
   std::ostringstream os;
   os << in.rdbuf();
   return os.str();
@@ -267,7 +269,8 @@ void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   out.flush();
-  if (!out) throw Error(detail::concat("cannot write ", path, " (disk full or no permission?)"));
+  if (!out)
+    throw Error(lockstep::detail::concat("cannot write ", path, " (disk full or no permission?)"));
 }
 
 }  // namespace
@@ -318,9 +321,9 @@ void FSDPCore::load_sharded_state(const std::function<std::string(const std::str
   ShardFile& first = *files.at(0);
   const int64_t saved_units = read_int(first.archive, "num_units");
   if (saved_units != static_cast<int64_t>(units_.size()))
-    throw InvalidArgument(detail::concat("FSDP checkpoint ", first.name, " holds ", saved_units,
-                                         " units, this model has ", units_.size(),
-                                         ": it was written for a different model or wrap policy"));
+    throw InvalidArgument(lockstep::detail::concat(
+        "FSDP checkpoint ", first.name, " holds ", saved_units, " units, this model has ",
+        units_.size(), ": it was written for a different model or wrap policy"));
   const std::string want_kind = opt != nullptr ? optimizer_kind(*opt) : "none";
   for (size_t k = 0; k < units_.size(); ++k) load_unit(*units_[k], k, files, read, opt, want_kind);
 }

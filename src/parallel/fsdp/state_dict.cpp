@@ -76,7 +76,7 @@ void FSDPCore::save_full_state_dict(const std::string& path) {
       write_module(*root_, values, ar);
       ar.save_to(tmp);
       if (std::rename(tmp.c_str(), path.c_str()) != 0)
-        failure = detail::concat("cannot rename ", tmp, " to ", path);
+        failure = lockstep::detail::concat("cannot rename ", tmp, " to ", path);
     } catch (const std::exception& e) {
       std::remove(tmp.c_str());
       failure = e.what();
@@ -98,8 +98,8 @@ void FSDPCore::agree_or_throw(const std::string& failure, const std::string& wha
     rep->allreduce(failed, {comm::ReduceOp::Max, comm::Millis(0)})->wait();
   const int who = failed.item<int>() - 1;
   if (who < 0) return;
-  throw Error(detail::concat(what, " failed on rank ", who, ": ",
-                             failure.empty() ? "see that rank's error" : failure));
+  throw Error(lockstep::detail::concat(what, " failed on rank ", who, ": ",
+                                       failure.empty() ? "see that rank's error" : failure));
 }
 
 }  // namespace lockstep::fsdp

@@ -63,8 +63,8 @@ ShardingStrategy parse_strategy(const std::string& name) {
                  ShardingStrategy::NoShard, ShardingStrategy::HybridShard})
     if (name == strategy_name(s)) return s;
   throw InvalidArgument(
-      detail::concat("unknown FSDP sharding strategy '", name,
-                     "': use full_shard, shard_grad_op, no_shard or hybrid_shard"));
+      lockstep::detail::concat("unknown FSDP sharding strategy '", name,
+                               "': use full_shard, shard_grad_op, no_shard or hybrid_shard"));
 }
 
 WrapPolicy wrap_all() {

@@ -14,7 +14,7 @@
 namespace lockstep::ft {
 namespace {
 
-using detail::concat;
+using lockstep::detail::concat;
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t) {

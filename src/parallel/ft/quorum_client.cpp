@@ -18,7 +18,7 @@
 namespace lockstep::ft {
 namespace {
 
-using detail::concat;
+using lockstep::detail::concat;
 using Clock = std::chrono::steady_clock;
 
 int connect_once(const std::string& host, const std::string& port) {

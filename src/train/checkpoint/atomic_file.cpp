@@ -76,8 +76,9 @@ void AtomicFileWriter::write_all(const char* p, size_t n) {
     const ssize_t k = ::write(fd_, p + done, n - done);
     if (k < 0) {
       if (errno == EINTR) continue;
-      throw Error(detail::concat(tmp_, ": write failed: ", std::strerror(errno),
-                                 " (disk full? free space or set checkpoint.dir elsewhere)"));
+      throw Error(
+          lockstep::detail::concat(tmp_, ": write failed: ", std::strerror(errno),
+                                   " (disk full? free space or set checkpoint.dir elsewhere)"));
     }
     done += size_t(k);
   }

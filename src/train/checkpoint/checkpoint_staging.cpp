@@ -35,8 +35,9 @@ void HostStaging::begin() {
 at::Tensor HostStaging::stage(const at::Tensor& live) {
   if (!live.defined()) return live;
   if (!live.device().is_cpu() || live.layout() != c10::kStrided || live.is_quantized())
-    throw Error(detail::concat("asynchronous checkpoint: cannot stage a ", live.toString(),
-                               " tensor (dense CPU tensors only); set checkpoint.mode = \"sync\""));
+    throw Error(lockstep::detail::concat(
+        "asynchronous checkpoint: cannot stage a ", live.toString(),
+        " tensor (dense CPU tensors only); set checkpoint.mode = \"sync\""));
   const at::Storage& src = live.storage();
   const int64_t n = int64_t(src.nbytes());
   Slot& slot = slots_[src.unsafeGetStorageImpl()];

@@ -224,9 +224,9 @@ void CheckpointStore::save(int64_t step, const std::string& meta_json,
   prepare(step);
   if (rank_ == 0)
     for (const auto& [name, bytes] : shared)
-      write_file_atomic(detail::concat(tmp, "/", name), bytes);
+      write_file_atomic(lockstep::detail::concat(tmp, "/", name), bytes);
   for (const auto& [name, bytes] : per_rank)
-    write_file_atomic(detail::concat(tmp, "/", name), bytes);
+    write_file_atomic(lockstep::detail::concat(tmp, "/", name), bytes);
   barrier();  // every rank's files are durable before the checkpoint becomes visible
   if (rank_ == 0) commit(step, meta_json, manifest);
   barrier();

@@ -252,7 +252,7 @@ void Checkpointer::check_compatible(const std::string& dir, const json& meta) co
                       "\"; this run has strategy.kind = \"" + cfg_.strategy.kind +
                       "\": resume with the kind that wrote it");
   if (replicas && meta.at("world_size").get<int>() != ctx_.world)
-    throw ConfigError(detail::concat(
+    throw ConfigError(lockstep::detail::concat(
         dir, ": written by ", meta.at("world_size").get<int>(),
         " DiLoCo replicas (ranks), whose parameters differ inside a round; this run has ",
         ctx_.world, ": resume on ", meta.at("world_size").get<int>(), " ranks"));

@@ -210,8 +210,9 @@ void Checkpointer::agree_ok(bool done_everywhere) {
     in_flight_.reset();
     const std::string why = failed == ctx_.rank ? writer_->error() : "see its error";
     writer_->clear_error();
-    throw Error(detail::concat("checkpoint of step ", step, ": writing it failed on rank ", failed,
-                               " (", why, "); the previous checkpoint is intact"));
+    throw Error(lockstep::detail::concat("checkpoint of step ", step,
+                                         ": writing it failed on rank ", failed, " (", why,
+                                         "); the previous checkpoint is intact"));
   }
   if (done && !in_flight_->committing) commit_in_flight();
 }

@@ -183,8 +183,9 @@ void apply(const ConfigSchema& schema, const toml::table& root) {
       throw ConfigError(where(node) + "unknown key '" + section +
                         "' (sections: " + schema.sections() + ")");
     if (!node.is_table())
-      throw ConfigError(detail::concat(where(node), "key '", section, "' must be a table ([",
-                                       section, "]), got ", value_of(node).type_name()));
+      throw ConfigError(lockstep::detail::concat(where(node), "key '", section,
+                                                 "' must be a table ([", section, "]), got ",
+                                                 value_of(node).type_name()));
     for (const auto& [leaf, value] : *node.as_table())
       schema.set(section + "." + std::string(leaf.str()), value_of(value));
   }
@@ -323,7 +324,7 @@ void validate_trainer_keys(const TrainConfig& c, const toml::table& root) {
   if (st.comm_hook == "powersgd" && st.powersgd_start_iter < 2 &&
       (st.powersgd_error_feedback || st.powersgd_warm_start)) {
     const toml::node* n = root["strategy"]["powersgd_start_iter"].node();
-    throw ConfigError(detail::concat(
+    throw ConfigError(lockstep::detail::concat(
         n ? where(*n) : c.source + ": ",
         "key 'strategy.powersgd_start_iter' = ", st.powersgd_start_iter,
         " must be >= 2 while powersgd_error_feedback or powersgd_warm_start is true (DDP "
@@ -421,8 +422,8 @@ void check_override_sections(const ConfigSchema& schema,
   for (const auto& o : overrides) {
     const std::string section = o.substr(0, o.find('.'));
     if (!schema.has_section(section))
-      throw ConfigError(detail::concat(kSetPrefix, o, ": unknown section '", section,
-                                       "' (sections: ", schema.sections(), ")"));
+      throw ConfigError(lockstep::detail::concat(kSetPrefix, o, ": unknown section '", section,
+                                                 "' (sections: ", schema.sections(), ")"));
   }
 }
 

@@ -35,7 +35,7 @@ std::shared_ptr<comm::ProcessGroup> fsdp_group(const StrategyConfig& s,
   const int P = world->size(), r = world->rank();
   const int L = comm::LaunchEnv::from_environment().local_world_size;
   if (L <= 0 || P % L != 0)
-    throw ConfigError(detail::concat(
+    throw ConfigError(lockstep::detail::concat(
         "strategy.", hybrid ? "sharding = \"hybrid_shard\"" : "secondary_shards = true", ": ",
         env::kLocalWorldSize, " = ", L, " does not divide the job's ", P,
         " ranks; start every node with the same --nproc-per-node"));

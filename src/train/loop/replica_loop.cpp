@@ -106,7 +106,7 @@ void ReplicaLoop::load_state(torch::serialize::InputArchive& ar) {
   const int64_t slots = geometry[0].item<int64_t>(), steps = geometry[1].item<int64_t>();
   const int64_t shards = geometry[2].item<int64_t>();
   if (slots != replicas_ || steps != plan_.steps_per_epoch || shards != shards_)
-    throw ConfigError(detail::concat(
+    throw ConfigError(lockstep::detail::concat(
         cfg_.source, ": replica ", replica_id_, " was started as one of ", replicas_,
         " replicas of ", shards_, " rank(s) (", plan_.steps_per_epoch,
         " steps per epoch), but the job it joins has ", slots, " of ", shards, " (", steps,

@@ -38,7 +38,7 @@ StepRunner::StepRunner(const TrainConfig& cfg, Workload& workload,
     LOCKSTEP_CHECK(group_, "strategy.kind = \"diloco\" needs a process group");
     const auto params = model_->parameters();
     if (int64_t(params.size()) < cfg_.strategy.diloco_fragments)
-      throw ConfigError(detail::concat(
+      throw ConfigError(lockstep::detail::concat(
           cfg_.source, ": strategy.diloco_fragments = ", cfg_.strategy.diloco_fragments,
           " but the model has ", params.size(), " parameter tensors (each fragment needs one)"));
     diloco_ = std::make_unique<diloco::DiLoCo>(
@@ -151,7 +151,7 @@ bool StepRunner::finite_or_skip(double loss_sum, int64_t step_number) {
     if (scaler_->skipped_ranks().empty()) return true;
     // Backing off below 1 means the gradients are not finite at any scale: no overflow.
     if (scaler_->get_scale() * scaler_->options().backoff_factor < 1.0)
-      throw NonFiniteStep(detail::concat(
+      throw NonFiniteStep(lockstep::detail::concat(
           "step ", step_number, ": the gradients are not finite even with the loss scale at ",
           scaler_->get_scale(), " (ranks ", join(scaler_->skipped_ranks()),
           "): the loss diverged, not an fp16 overflow; lower optim.lr"));
@@ -173,7 +173,7 @@ bool StepRunner::finite_or_skip(double loss_sum, int64_t step_number) {
   std::vector<int> loss_ranks;
   for (const int r : bad)
     if ((flags[size_t(r)] & 2) != 0) loss_ranks.push_back(r);
-  throw NonFiniteStep(detail::concat(
+  throw NonFiniteStep(lockstep::detail::concat(
       "step ", step_number, ": ", loss_ranks.empty() ? "the gradients are" : "the loss is",
       " not finite on rank(s) ", join(loss_ranks.empty() ? bad : loss_ranks),
       "; the step was not taken and no checkpoint holds this state (the newest checkpoint is "

@@ -104,13 +104,13 @@ void Trainer::Impl::join_group() {
 std::string Trainer::Impl::strategy_detail() const {
   const StrategyConfig& s = cfg.strategy;
   if (s.kind == "diloco")
-    return detail::concat(", ", s.diloco_inner_steps, " inner steps per round, outer SGD lr ",
-                          s.diloco_outer_lr, " momentum ", s.diloco_outer_momentum,
-                          s.diloco_nesterov ? " (Nesterov)" : "", ", ", s.diloco_fragments,
-                          " fragment(s), overlap ", s.diloco_overlap_steps, " step(s), mixing ",
-                          s.diloco_mixing, ", exchange ",
-                          s.diloco_compression == "qsgd" ? std::to_string(s.qsgd_bits) + "-bit QSGD"
-                                                         : std::string("full precision"));
+    return lockstep::detail::concat(
+        ", ", s.diloco_inner_steps, " inner steps per round, outer SGD lr ", s.diloco_outer_lr,
+        " momentum ", s.diloco_outer_momentum, s.diloco_nesterov ? " (Nesterov)" : "", ", ",
+        s.diloco_fragments, " fragment(s), overlap ", s.diloco_overlap_steps, " step(s), mixing ",
+        s.diloco_mixing, ", exchange ",
+        s.diloco_compression == "qsgd" ? std::to_string(s.qsgd_bits) + "-bit QSGD"
+                                       : std::string("full precision"));
   if (s.kind != "fsdp") return ", comm hook " + s.comm_hook;
   std::string out = ", sharding " + s.sharding + ", wrap " + s.wrap;
   if (s.wrap == "size") out += " >= " + std::to_string(s.wrap_min_params) + " parameters";
@@ -155,7 +155,7 @@ void Trainer::Impl::join_replicas() {
   const int shards = number(env::kReplicaSize, 1),
             replicas = number(env::kReplicas, env.world_size);
   if (cfg.strategy.kind == "ddp" && shards > 1)
-    throw ConfigError(detail::concat(
+    throw ConfigError(lockstep::detail::concat(
         cfg.source, ": lockstep-run --replica-size ", shards, " makes replicas of ", shards,
         " ranks, which strategy.kind = \"ddp\" cannot use (a DDP replica is one rank): set "
         "strategy.kind = \"fsdp\" (HSDP) or leave --replica-size out"));
@@ -175,13 +175,14 @@ void Trainer::Impl::join_replicas() {
     replica_ctx = {group.get(), group->rank(), group->size(), &cfg};
   }
   if (cfg.fault_tolerance.min_replicas > replicas)
-    throw ConfigError(detail::concat(
+    throw ConfigError(lockstep::detail::concat(
         cfg.source, ": fault_tolerance.min_replicas = ", cfg.fault_tolerance.min_replicas,
         " but the job has ", replicas, " replicas; lower it or start more"));
-  ctx.say(detail::concat("config ", cfg.source, ", workload ", cfg.run.workload, ", ", replicas,
-                         " replica(s)", shards > 1 ? detail::concat(" of ", shards, " ranks") : "",
-                         ", fault tolerant (min ", cfg.fault_tolerance.min_replicas, "), strategy ",
-                         cfg.strategy.kind, strategy_detail()));
+  ctx.say(lockstep::detail::concat(
+      "config ", cfg.source, ", workload ", cfg.run.workload, ", ", replicas, " replica(s)",
+      shards > 1 ? lockstep::detail::concat(" of ", shards, " ranks") : "",
+      ", fault tolerant (min ", cfg.fault_tolerance.min_replicas, "), strategy ", cfg.strategy.kind,
+      strategy_detail()));
 }
 
 // Each replica makes sure of the data alone, one at a time (a lock file in run.out_dir):

@@ -224,7 +224,7 @@ class GlooBackend final : public Backend {
         kind == CommError::Kind::PeerGone ? StoreHeartbeat::kStale + Millis(1000) : Millis(0);
     if (auto f = heartbeat_->failure_within(patience))
       raise(ctx, CommError::Kind::PeerGone, f->peer,
-            detail::concat(f->what, " (gloo: ", first_line(msg), ")"));
+            lockstep::detail::concat(f->what, " (gloo: ", first_line(msg), ")"));
     raise(ctx, kind, -1, first_line(msg));
   }
 

@@ -25,7 +25,7 @@ std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; 
 // names the culprit, later ones (often consequences of it) are dropped.
 void publish(c10d::Store& store, const PeerFailure& f, int by) {
   if (store.add("nfailed", 1) != 1) return;
-  store.set("failed", bytes(detail::concat(f.peer, "\n", by, "\n", f.what)));
+  store.set("failed", bytes(lockstep::detail::concat(f.peer, "\n", by, "\n", f.what)));
 }
 
 PeerFailure parse_notice(const std::vector<uint8_t>& v, int me) {
@@ -35,7 +35,7 @@ PeerFailure parse_notice(const std::vector<uint8_t>& v, int me) {
   in >> f.peer >> by;
   in.ignore(1);
   std::getline(in, f.what);
-  if (by != me) f.what += detail::concat(" (noticed by rank ", by, ")");
+  if (by != me) f.what += lockstep::detail::concat(" (noticed by rank ", by, ")");
   return f;
 }
 
@@ -51,7 +51,7 @@ StoreHeartbeat::StoreHeartbeat(const StorePtr& store, int rank, int size, Extern
   } catch (const std::exception&) {
   }
   store->set("pid/" + std::to_string(rank),
-             bytes(detail::concat(::getpid(), " ", machine_id(), " ", world_rank)));
+             bytes(lockstep::detail::concat(::getpid(), " ", machine_id(), " ", world_rank)));
   std::vector<std::string> ids(size);
   std::vector<pid_t> pids(size, 0);
   for (int r = 0; r < size; ++r) {
@@ -99,12 +99,12 @@ std::optional<PeerFailure> StoreHeartbeat::failure() {
     const double s = std::chrono::duration<double>(Clock::now() - st_->calling_since).count();
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.1f", s);
-    record(*st_,
-           PeerFailure{store_host_,
-                       detail::concat("the rendezvous store, hosted by the job's rank 0, has "
-                                      "not answered for ",
-                                      buf, " s: rank 0 is stopped or its node is unreachable"),
-                       false});  // no closed connection: no clean exit to wait for
+    record(*st_, PeerFailure{store_host_,
+                             lockstep::detail::concat(
+                                 "the rendezvous store, hosted by the job's rank 0, has "
+                                 "not answered for ",
+                                 buf, " s: rank 0 is stopped or its node is unreachable"),
+                             false});  // no closed connection: no clean exit to wait for
   }
   return st_->failure;
 }
@@ -179,9 +179,9 @@ void StoreHeartbeat::run(std::shared_ptr<State> st, const StorePtr& store, int r
             char buf[32];
             std::snprintf(buf, sizeof buf, "%.1f", s);
             found = PeerFailure{r,
-                                detail::concat("rank ", r, " sent no heartbeat for ", buf,
-                                               " s: it died, is stopped, or its node is "
-                                               "unreachable"),
+                                lockstep::detail::concat("rank ", r, " sent no heartbeat for ", buf,
+                                                         " s: it died, is stopped, or its node is "
+                                                         "unreachable"),
                                 false};
           }
         }
@@ -212,12 +212,13 @@ void StoreHeartbeat::run(std::shared_ptr<State> st, const StorePtr& store, int r
     // The job's rank 0 hosts the store: a broken connection means it is gone.
     std::lock_guard<std::mutex> l(st->mu);
     if (rank != store_host && !st->stop)
-      record(*st, PeerFailure{store_host,
-                              detail::concat("lost the connection to the rendezvous store (",
-                                             first_line(e.what()),
-                                             "): the job's rank 0, which hosts it, exited or its "
-                                             "node is unreachable"),
-                              true});
+      record(*st,
+             PeerFailure{store_host,
+                         lockstep::detail::concat(
+                             "lost the connection to the rendezvous store (", first_line(e.what()),
+                             "): the job's rank 0, which hosts it, exited or its "
+                             "node is unreachable"),
+                         true});
   }
   std::lock_guard<std::mutex> l(st->mu);
   st->done = true;

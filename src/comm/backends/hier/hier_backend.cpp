@@ -40,14 +40,14 @@ HierBackend::~HierBackend() {
 // group of local rank 1: its ranks 0..2 are job ranks 1, 3, 5)".
 std::string HierBackend::describe(Hop hop) const {
   if (hop == Hop::Intra)
-    return detail::concat("inside node ", lay_.node, " (its ranks 0..", lay_.per_node - 1,
-                          " are job ranks ", lay_.job_rank(lay_.node, 0), "..",
-                          lay_.job_rank(lay_.node, lay_.per_node - 1), ")");
+    return lockstep::detail::concat("inside node ", lay_.node, " (its ranks 0..", lay_.per_node - 1,
+                                    " are job ranks ", lay_.job_rank(lay_.node, 0), "..",
+                                    lay_.job_rank(lay_.node, lay_.per_node - 1), ")");
   std::string ranks;
   for (int n = 0; n < lay_.nodes; ++n)
     ranks += (n ? ", " : "") + std::to_string(lay_.job_rank(n, lay_.local));
-  return detail::concat("between nodes (the cross-node group of local rank ", lay_.local,
-                        ": its ranks 0..", lay_.nodes - 1, " are job ranks ", ranks, ")");
+  return lockstep::detail::concat("between nodes (the cross-node group of local rank ", lay_.local,
+                                  ": its ranks 0..", lay_.nodes - 1, " are job ranks ", ranks, ")");
 }
 
 void HierBackend::rethrow(Hop hop, const OpContext& ctx, const CommError& e) {
@@ -55,17 +55,19 @@ void HierBackend::rethrow(Hop hop, const OpContext& ctx, const CommError& e) {
   const int peer = e.context().peer;
   if (peer >= 0)
     c.peer = hop == Hop::Intra ? lay_.job_rank(lay_.node, peer) : lay_.job_rank(peer, lay_.local);
-  std::string what = detail::concat(e.detail(), " [", e.context().backend, " ", describe(hop),
-                                    c.peer >= 0 ? detail::concat("; job rank ", c.peer) : "", "]");
+  std::string what = lockstep::detail::concat(
+      e.detail(), " [", e.context().backend, " ", describe(hop),
+      c.peer >= 0 ? lockstep::detail::concat("; job rank ", c.peer) : "", "]");
   CommError::Kind kind = e.kind();
   failed_ = true;
   if (kind != CommError::Kind::Aborted && c.peer >= 0) {
-    publish(Notice{c.peer, kind, detail::concat(what, " (seen by job rank ", rank(), ")")});
+    publish(
+        Notice{c.peer, kind, lockstep::detail::concat(what, " (seen by job rank ", rank(), ")")});
   } else {  // aborted, or the culprit unknown here: whoever saw it has said who
     if (auto n = notice(Millis(1000))) {
       c.peer = n->peer;
       kind = n->kind;
-      what = detail::concat(n->what, "; here: ", what);
+      what = lockstep::detail::concat(n->what, "; here: ", what);
     }
   }
   throw CommError(kind, c, what);
@@ -75,7 +77,8 @@ void HierBackend::publish(const Notice& n) noexcept {
   try {
     store_->add(notice_key_ + "/seen", 1);
     if (store_->add(notice_key_ + "/count", 1) != 1) return;  // another rank was first
-    const std::string v = detail::concat(n.peer, "\n", static_cast<int>(n.kind), "\n", n.what);
+    const std::string v =
+        lockstep::detail::concat(n.peer, "\n", static_cast<int>(n.kind), "\n", n.what);
     store_->set(notice_key_, std::vector<uint8_t>(v.begin(), v.end()));
   } catch (...) {  // the store's host may be the one that failed: the message stays local
   }
@@ -233,7 +236,7 @@ std::pair<HierBackend::Hop, int> HierBackend::route(int rank, const char* op) co
   const int node = rank / lay_.per_node, local = rank % lay_.per_node;
   if (node == lay_.node) return {Hop::Intra, local};
   if (local == lay_.local) return {Hop::Inter, node};
-  throw ConfigError(detail::concat(
+  throw ConfigError(lockstep::detail::concat(
       "the hier backend cannot ", op, " between job rank ", this->rank(), " (node ", lay_.node,
       ", local rank ", lay_.local, ") and job rank ", rank, " (node ", node, ", local rank ", local,
       "): point-to-point goes inside a node or between ranks of the same local rank. "
@@ -270,21 +273,22 @@ std::optional<HierLayout> hier_layout(int rank, const std::vector<int>& local_ra
   const int L = P ? local_sizes[0] : 1;
   for (int r = 0; r < P; ++r)
     if (local_sizes[r] != L) {
-      *why = detail::concat("nodes run different numbers of ranks (job rank 0's node ", L,
-                            ", job rank ", r, "'s ", local_sizes[r], ")");
+      *why = lockstep::detail::concat("nodes run different numbers of ranks (job rank 0's node ", L,
+                                      ", job rank ", r, "'s ", local_sizes[r], ")");
       return std::nullopt;
     }
   std::map<int, std::string> node_host;
   for (int r = 0; r < P; ++r) {
     if (L <= 0 || P % L != 0 || local_ranks[r] != r % L) {
-      *why = detail::concat("ranks are not numbered node by node (job rank ", r, " has local rank ",
-                            local_ranks[r], " of ", L, " in a job of ", P, ")");
+      *why = lockstep::detail::concat("ranks are not numbered node by node (job rank ", r,
+                                      " has local rank ", local_ranks[r], " of ", L,
+                                      " in a job of ", P, ")");
       return std::nullopt;
     }
     auto [it, fresh] = node_host.emplace(r / L, hosts[r]);
     if (!fresh && it->second != hosts[r]) {
-      *why =
-          detail::concat("node ", r / L, "'s ranks run on hosts ", it->second, " and ", hosts[r]);
+      *why = lockstep::detail::concat("node ", r / L, "'s ranks run on hosts ", it->second, " and ",
+                                      hosts[r]);
       return std::nullopt;
     }
   }
@@ -307,14 +311,14 @@ std::unique_ptr<Backend> make_hier_backend(const StorePtr& store, const std::str
   across.local_rank = 0;
   across.local_world_size = 1;
   // Inside first on every rank, then across: the two rendezvous never wait on each other.
-  auto intra =
-      make_shm_backend(store, detail::concat(prefix, "node", layout.node, "/"), node, timeout);
+  auto intra = make_shm_backend(store, lockstep::detail::concat(prefix, "node", layout.node, "/"),
+                                node, timeout);
   std::unique_ptr<Backend> cross;
   if (inter == "mpi")  // the world's ranks of this local rank (MPI_Comm_split)
     cross = make_mpi_backend(env, timeout, layout.local);
   else
     cross = make_gloo_backend(
-        store, detail::concat(prefix, "cross", layout.local, "/"), across, timeout,
+        store, lockstep::detail::concat(prefix, "cross", layout.local, "/"), across, timeout,
         ExternalNotice{store, HierBackend::notice_key(prefix), HierBackend::notice_reason});
   return std::make_unique<HierBackend>(layout, std::move(intra), std::move(cross), store, prefix);
 }

@@ -82,14 +82,15 @@ MpiBackend::MpiBackend(const LaunchEnv& env, Millis timeout, std::optional<int> 
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     if (env.rank != rank_ || env.world_size != size_)
-      throw ConfigError(detail::concat(
+      throw ConfigError(lockstep::detail::concat(
           "mpi: the launch environment (", env.launcher, ") says rank ", env.rank, " of ",
           env.world_size, " but MPI_COMM_WORLD says rank ", rank_, " of ", size_,
           "; start the job with mpirun/srun alone, or pick another backend "
           "(LOCKSTEP_BACKEND=gloo|shm)"));
   }
   if (color && *color < 0)
-    throw InvalidArgument(detail::concat("mpi: a group's color must be >= 0, got ", *color));
+    throw InvalidArgument(
+        lockstep::detail::concat("mpi: a group's color must be >= 0, got ", *color));
   create_comms(w, color);
   exchange_pids(w);
 }
@@ -138,7 +139,7 @@ void MpiBackend::exchange_pids(const Where& w) {
     std::lock_guard<std::mutex> g(call_lock());
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   }
-  const std::string me = detail::concat(::getpid(), " ", world_rank, " ", machine_id());
+  const std::string me = lockstep::detail::concat(::getpid(), " ", world_rank, " ", machine_id());
   me.copy(mine.data(), std::min<size_t>(me.size(), kBytes - 1));
   run(w, "MPI_Iallgather",
       [&](MPI_Request* r) {
@@ -166,7 +167,7 @@ int MpiBackend::dead_peer(Clock::time_point now, const Where& w, std::string* wh
   if (dead < 0) return mpi::departed_member(group_index_, w.seq, w.start, world_ranks_, what);
   // In a subgroup, rank numbers are the group's: name the world rank too (mpirun's).
   if (dead >= 0 && !world_ranks_.empty())
-    *what += detail::concat(" [world rank ", world_ranks_[dead], "]");
+    *what += lockstep::detail::concat(" [world rank ", world_ranks_[dead], "]");
   return dead;
 }
 
@@ -216,8 +217,9 @@ void MpiBackend::check(int rc, const Where& w, const char* call) const {
   if (rc == MPI_SUCCESS) return;
   const bool truncated = mpi::error_class(rc) == MPI_ERR_TRUNCATE;
   fail(truncated ? CommError::Kind::Mismatch : CommError::Kind::Failed, w,
-       detail::concat(call, " failed: ", mpi::error_string(rc),
-                      truncated ? " (the peer sent more elements than this rank receives)" : ""));
+       lockstep::detail::concat(
+           call, " failed: ", mpi::error_string(rc),
+           truncated ? " (the peer sent more elements than this rank receives)" : ""));
 }
 
 void MpiBackend::reap_abandoned_locked() {
@@ -289,10 +291,10 @@ void MpiBackend::await(const Where& w, const char* call, std::vector<MPI_Request
         fail(CommError::Kind::PeerGone, at, dead_what);
       }
       fail(CommError::Kind::Timeout, w,
-           w.peer >= 0
-               ? detail::concat("rank ", w.peer, " did not take part (", call, " still pending)")
-               : detail::concat("not every rank reached this ", w.op, " (", call,
-                                " still pending)"));
+           w.peer >= 0 ? lockstep::detail::concat("rank ", w.peer, " did not take part (", call,
+                                                  " still pending)")
+                       : lockstep::detail::concat("not every rank reached this ", w.op, " (", call,
+                                                  " still pending)"));
     }
     backoff.pause();
   }
@@ -307,8 +309,8 @@ void MpiBackend::for_chunks(int64_t numel, const std::function<void(int64_t, int
 void MpiBackend::reject_large(int64_t n, const Where& w) const {
   if (n > max_count())
     fail(CommError::Kind::Failed, w,
-         detail::concat("mpi: ", n, " elements per rank exceed MPI's count limit of ", max_count(),
-                        " for ", w.op, "; split the tensor"));
+         lockstep::detail::concat("mpi: ", n, " elements per rank exceed MPI's count limit of ",
+                                  max_count(), " for ", w.op, "; split the tensor"));
 }
 
 void MpiBackend::allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) {
@@ -425,8 +427,8 @@ void MpiBackend::recv(at::Tensor& t, int src, int tag, const OpContext& ctx) {
     received += got;
     if (got != n)
       fail(CommError::Kind::Mismatch, w,
-           detail::concat("rank ", src, " sent ", received, " elements (tag ", tag,
-                          ") but this rank expected ", t.numel()));
+           lockstep::detail::concat("rank ", src, " sent ", received, " elements (tag ", tag,
+                                    ") but this rank expected ", t.numel()));
   };
   if (t.numel() == 0)
     one(0, 0);

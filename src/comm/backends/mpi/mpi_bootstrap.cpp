@@ -50,13 +50,15 @@ void wait_request(MPI_Request& req, Clock::time_point deadline, const LaunchEnv&
       rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
     }
     if (rc != MPI_SUCCESS)
-      fail_rendezvous(e, timeout, detail::concat(what, " failed: ", mpi::error_string(rc)));
+      fail_rendezvous(e, timeout,
+                      lockstep::detail::concat(what, " failed: ", mpi::error_string(rc)));
     if (done) return;
     if (Clock::now() >= deadline)
-      fail_rendezvous(e, timeout,
-                      detail::concat("not every rank of MPI_COMM_WORLD reached the bootstrap of "
-                                     "the rendezvous store (",
-                                     what, ") within the timeout"));
+      fail_rendezvous(
+          e, timeout,
+          lockstep::detail::concat("not every rank of MPI_COMM_WORLD reached the bootstrap of "
+                                   "the rendezvous store (",
+                                   what, ") within the timeout"));
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
@@ -80,7 +82,8 @@ c10::intrusive_ptr<c10d::TCPStore> host_store(const LaunchEnv& e, Millis timeout
   try {
     return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
   } catch (const std::exception& ex) {
-    throw ConfigError(detail::concat("rank 0 cannot host the rendezvous store: ", ex.what()));
+    throw ConfigError(
+        lockstep::detail::concat("rank 0 cannot host the rendezvous store: ", ex.what()));
   }
 }
 
@@ -108,10 +111,10 @@ StorePtr mpi_bootstrap_store(LaunchEnv& env, Millis timeout) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (env.rank != rank || env.world_size != size)
-      throw ConfigError(
-          detail::concat("mpi: the launch environment (", env.launcher, ") says rank ", env.rank,
-                         " of ", env.world_size, " but MPI_COMM_WORLD says rank ", rank, " of ",
-                         size, "; start the job with mpirun alone, or set LOCKSTEP_BACKEND=mpi"));
+      throw ConfigError(lockstep::detail::concat(
+          "mpi: the launch environment (", env.launcher, ") says rank ", env.rank, " of ",
+          env.world_size, " but MPI_COMM_WORLD says rank ", rank, " of ", size,
+          "; start the job with mpirun alone, or set LOCKSTEP_BACKEND=mpi"));
     // A private communicator: the program's own collectives on the world never meet ours.
     const int rc = MPI_Comm_idup(MPI_COMM_WORLD, &comm, &req);
     if (rc != MPI_SUCCESS)
@@ -124,7 +127,7 @@ StorePtr mpi_bootstrap_store(LaunchEnv& env, Millis timeout) {
   if (rank == 0) {
     auto server = host_store(env, timeout);
     const std::string text =
-        detail::concat(advertised_address(env), " ", static_cast<int>(server->getPort()));
+        lockstep::detail::concat(advertised_address(env), " ", static_cast<int>(server->getPort()));
     LOCKSTEP_CHECK(text.size() < kMsgBytes, "mpi: MASTER_ADDR is too long: ", text);
     std::memcpy(msg, text.data(), text.size());
     store = server;
@@ -154,11 +157,12 @@ StorePtr mpi_bootstrap_store(LaunchEnv& env, Millis timeout) {
     try {
       store = c10::make_intrusive<c10d::TCPStore>(addr, o);
     } catch (const std::exception& ex) {
-      fail_rendezvous(env, timeout,
-                      detail::concat("could not reach rank 0's store at ", addr, ":", port,
-                                     " (its address came through MPI; set MASTER_ADDR to an "
-                                     "address of rank 0's host that this host can reach): ",
-                                     ex.what()));
+      fail_rendezvous(
+          env, timeout,
+          lockstep::detail::concat("could not reach rank 0's store at ", addr, ":", port,
+                                   " (its address came through MPI; set MASTER_ADDR to an "
+                                   "address of rank 0's host that this host can reach): ",
+                                   ex.what()));
     }
   }
   kept = new StorePtr(store);

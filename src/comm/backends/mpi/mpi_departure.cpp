@@ -47,12 +47,12 @@ void poll_locked() {
 }
 
 std::string describe(int group_rank, int world_rank, bool subgroup, const Left& l) {
-  std::string who = detail::concat("rank ", group_rank);
-  if (subgroup) who += detail::concat(" [world rank ", world_rank, "]");
+  std::string who = lockstep::detail::concat("rank ", group_rank);
+  if (subgroup) who += lockstep::detail::concat(" [world rank ", world_rank, "]");
   const int64_t status = l.notice[0];
-  return detail::concat(who, " left the job: it reached MPI_Finalize (exit status ", status,
-                        status != 0 ? ", after an error of its own" : "",
-                        ") without taking part in this op");
+  return lockstep::detail::concat(who, " left the job: it reached MPI_Finalize (exit status ",
+                                  status, status != 0 ? ", after an error of its own" : "",
+                                  ") without taking part in this op");
 }
 
 }  // namespace

@@ -43,13 +43,13 @@ int op_index(ReduceOp op) {
     default:
       break;
   }
-  throw InvalidArgument(detail::concat("mpi: reduce op ", reduce_op_name(op),
-                                       " cannot reach the backend (Avg is Sum then divide)"));
+  throw InvalidArgument(lockstep::detail::concat(
+      "mpi: reduce op ", reduce_op_name(op), " cannot reach the backend (Avg is Sum then divide)"));
 }
 
 void check_init(int rc, const char* call) {
   if (rc != MPI_SUCCESS)
-    throw ConfigError(detail::concat("mpi: ", call, " failed: ", error_string(rc)));
+    throw ConfigError(lockstep::detail::concat("mpi: ", call, " failed: ", error_string(rc)));
 }
 
 void create_types_and_ops() {
@@ -127,14 +127,14 @@ void ensure_initialized_locked() {
     MPI_Query_thread(&provided);
   }
   if (provided < MPI_THREAD_SERIALIZED)
-    throw ConfigError(detail::concat("mpi: MPI provides thread level ", provided,
-                                     " but lockstep calls MPI from its "
-                                     "communication thread and needs MPI_THREAD_SERIALIZED (",
-                                     MPI_THREAD_SERIALIZED, ") or better",
-                                     initialized
-                                         ? "; initialize MPI in the program with "
-                                           "MPI_Init_thread(..., MPI_THREAD_SERIALIZED, ...)"
-                                         : ""));
+    throw ConfigError(
+        lockstep::detail::concat("mpi: MPI provides thread level ", provided,
+                                 " but lockstep calls MPI from its "
+                                 "communication thread and needs MPI_THREAD_SERIALIZED (",
+                                 MPI_THREAD_SERIALIZED, ") or better",
+                                 initialized ? "; initialize MPI in the program with "
+                                               "MPI_Init_thread(..., MPI_THREAD_SERIALIZED, ...)"
+                                             : ""));
   create_types_and_ops();
 }
 
@@ -174,7 +174,8 @@ MPI_Datatype datatype_for(at::ScalarType t) {
     default:
       break;
   }
-  throw InvalidArgument(detail::concat("mpi: dtype ", dtype_name(t), " is not supported"));
+  throw InvalidArgument(
+      lockstep::detail::concat("mpi: dtype ", dtype_name(t), " is not supported"));
 }
 
 MPI_Op op_for(at::ScalarType t, ReduceOp op) {
@@ -188,8 +189,9 @@ MPI_Op op_for(at::ScalarType t, ReduceOp op) {
 std::string error_string(int code) {
   char buf[MPI_MAX_ERROR_STRING];
   int len = 0;
-  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return detail::concat("MPI error ", code);
-  return detail::concat(std::string(buf, len), " (MPI error ", code, ")");
+  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS)
+    return lockstep::detail::concat("MPI error ", code);
+  return lockstep::detail::concat(std::string(buf, len), " (MPI error ", code, ")");
 }
 
 int error_class(int code) {

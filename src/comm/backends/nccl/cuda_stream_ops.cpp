@@ -14,7 +14,7 @@ namespace {
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess)
-    throw Error(detail::concat("CUDA ", what, " failed: ", cudaGetErrorString(e)));
+    throw Error(lockstep::detail::concat("CUDA ", what, " failed: ", cudaGetErrorString(e)));
 }
 
 class CudaStreamOps final : public StreamOps {

@@ -67,13 +67,13 @@ int device_for(const LaunchEnv& env) {
   int count = 0;
   const auto e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0)
-    throw ConfigError(detail::concat("backend nccl needs a CUDA GPU per rank, but rank ", env.rank,
-                                     " sees none (", cudaGetErrorString(e),
-                                     "); use LOCKSTEP_BACKEND=shm or gloo on CPUs"));
+    throw ConfigError(lockstep::detail::concat("backend nccl needs a CUDA GPU per rank, but rank ",
+                                               env.rank, " sees none (", cudaGetErrorString(e),
+                                               "); use LOCKSTEP_BACKEND=shm or gloo on CPUs"));
   if (env.local_rank >= count)
-    throw ConfigError(detail::concat("backend nccl: local rank ", env.local_rank, " needs GPU ",
-                                     env.local_rank, " but this node has ", count,
-                                     "; start at most ", count, " ranks per node"));
+    throw ConfigError(lockstep::detail::concat(
+        "backend nccl: local rank ", env.local_rank, " needs GPU ", env.local_rank,
+        " but this node has ", count, "; start at most ", count, " ranks per node"));
   return env.local_rank;
 }
 
@@ -288,13 +288,14 @@ class NcclBackend final : public Backend {
                                                                    : CommError::Kind::Failed;
     const char* last = comm_ ? ncclGetLastError(comm_) : "";
     raise(ctx, kind,
-          detail::concat(what, ": ", ncclGetErrorString(r), (last && *last ? "; " : ""),
-                         last ? last : ""));
+          lockstep::detail::concat(what, ": ", ncclGetErrorString(r), (last && *last ? "; " : ""),
+                                   last ? last : ""));
   }
 
   void check_cuda(cudaError_t e, const OpContext& ctx) {
     if (e != cudaSuccess)
-      raise(ctx, CommError::Kind::Failed, detail::concat("CUDA: ", cudaGetErrorString(e)));
+      raise(ctx, CommError::Kind::Failed,
+            lockstep::detail::concat("CUDA: ", cudaGetErrorString(e)));
   }
 
   // Aborts the communicator (once) and throws: every later op fails at once.

@@ -15,7 +15,7 @@ PathMode path_mode_from_environment() {
   if (std::strcmp(v, "cached") == 0) return PathMode::Cached;
   if (std::strcmp(v, "streaming") == 0) return PathMode::Streaming;
   throw ConfigError(
-      detail::concat("LOCKSTEP_SHM_PATH=", v, ": expected auto, cached or streaming"));
+      lockstep::detail::concat("LOCKSTEP_SHM_PATH=", v, ": expected auto, cached or streaming"));
 }
 
 const char* path_name(ShmPath p) { return p == ShmPath::Streaming ? "streaming" : "cached"; }

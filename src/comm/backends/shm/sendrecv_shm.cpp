@@ -98,10 +98,10 @@ void ShmBackend::recv(at::Tensor& t, int src, int tag, const OpContext& ctx) {
   ring_read(w, ctl, ring, cap, reinterpret_cast<char*>(&h), sizeof(h), src);
   if (h.tag != tag || h.numel != t.numel() || h.dtype != static_cast<int32_t>(t.scalar_type()))
     w.fail(CommError::Kind::Mismatch, src,
-           detail::concat("recv from rank ", src, " expected ", t.numel(), " ",
-                          dtype_name(t.scalar_type()), " elements with tag ", tag, ", rank ", src,
-                          " sent ", h.numel, " ", dtype_name(static_cast<at::ScalarType>(h.dtype)),
-                          " elements with tag ", h.tag));
+           lockstep::detail::concat(
+               "recv from rank ", src, " expected ", t.numel(), " ", dtype_name(t.scalar_type()),
+               " elements with tag ", tag, ", rank ", src, " sent ", h.numel, " ",
+               dtype_name(static_cast<at::ScalarType>(h.dtype)), " elements with tag ", h.tag));
   ring_read(w, ctl, ring, cap, static_cast<char*>(t.data_ptr()), h.bytes, src);
 }
 

@@ -65,7 +65,7 @@ at::Tensor ShmBackend::alloc_shared(int64_t numel, at::ScalarType dtype, const O
   region->bytes = std::max<size_t>(1, numel * c10::elementSize(dtype));
   region->bytes = (region->bytes + 4095) / 4096 * 4096;
   region->base.assign(size_, nullptr);
-  auto name = [&](int r) { return detail::concat(seg_name_, "-a", region->id, "-r", r); };
+  auto name = [&](int r) { return lockstep::detail::concat(seg_name_, "-a", region->id, "-r", r); };
   std::string why;
   auto attempt = [&](auto&& f) {
     if (!why.empty()) return;
@@ -102,8 +102,9 @@ at::Tensor ShmBackend::alloc_shared(int64_t numel, at::ScalarType dtype, const O
   if (region->base[rank_] != nullptr) Segment::unlink(name(rank_));
   if (!ok) {
     if (!why.empty())  // one write, so ranks' lines do not interleave
-      std::fputs(detail::concat("lockstep: shm (rank ", rank_, "): cannot share ", region->bytes,
-                                " bytes with the peers (", why, "); using private memory instead\n")
+      std::fputs(lockstep::detail::concat("lockstep: shm (rank ", rank_, "): cannot share ",
+                                          region->bytes, " bytes with the peers (", why,
+                                          "); using private memory instead\n")
                      .c_str(),
                  stderr);
     return {};

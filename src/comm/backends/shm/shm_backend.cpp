@@ -35,9 +35,9 @@ uint64_t parse_bytes(const char* var, uint64_t fallback) {
   else if (*end == 'G' || *end == 'g')
     mult = 1 << 30, ++end;
   if (end == v || *end != '\0' || x == 0 || x * mult < 4096 || x * mult > (uint64_t{1} << 34))
-    throw ConfigError(detail::concat(var, "=", v,
-                                     ": expected a byte count between 4096 and 16G "
-                                     "(plain number, or with a K/M/G suffix)"));
+    throw ConfigError(lockstep::detail::concat(var, "=", v,
+                                               ": expected a byte count between 4096 and 16G "
+                                               "(plain number, or with a K/M/G suffix)"));
   return (x * mult + 4095) / 4096 * 4096;  // whole pages: keeps chunk parts aligned
 }
 
@@ -130,14 +130,14 @@ void ShmBackend::rendezvous(const StorePtr& store, const std::string& prefix, Mi
       store->set(seg_key, std::vector<uint8_t>(v.begin(), v.end()));
       throw;
     }
-    const std::string v =
-        detail::concat(name, " ", cfg.buffer_bytes, " ", cfg.channel_bytes, " ", cfg.small_bytes);
+    const std::string v = lockstep::detail::concat(name, " ", cfg.buffer_bytes, " ",
+                                                   cfg.channel_bytes, " ", cfg.small_bytes);
     store->set(seg_key, std::vector<uint8_t>(v.begin(), v.end()));
   } else {
     try {
       store->wait({seg_key}, timeout);
     } catch (const std::exception& e) {
-      throw fail(detail::concat("rank 0 never published the shm segment: ", e.what()));
+      throw fail(lockstep::detail::concat("rank 0 never published the shm segment: ", e.what()));
     }
     const std::vector<uint8_t> raw = store->get(seg_key);
     const std::string value(raw.begin(), raw.end());
@@ -157,7 +157,8 @@ void ShmBackend::rendezvous(const StorePtr& store, const std::string& prefix, Mi
   // no longer needed, and unlinking it now means no crash can ever leak it.
   std::vector<std::string> keys;
   keys.reserve(size_);
-  for (int r = 0; r < size_; ++r) keys.push_back(join_key(prefix, detail::concat("mapped/", r)));
+  for (int r = 0; r < size_; ++r)
+    keys.push_back(join_key(prefix, lockstep::detail::concat("mapped/", r)));
   store->set(keys[rank_], std::vector<uint8_t>{'1'});
   try {
     store->wait(keys, timeout);
@@ -165,8 +166,10 @@ void ShmBackend::rendezvous(const StorePtr& store, const std::string& prefix, Mi
     Segment::unlink(name);
     std::string missing;
     for (int r = 0; r < size_; ++r)
-      if (!store->check({keys[r]})) missing += detail::concat(missing.empty() ? "" : ", ", r);
-    throw fail(detail::concat("ranks [", missing, "] never mapped the shm segment ", name));
+      if (!store->check({keys[r]}))
+        missing += lockstep::detail::concat(missing.empty() ? "" : ", ", r);
+    throw fail(
+        lockstep::detail::concat("ranks [", missing, "] never mapped the shm segment ", name));
   }
   Segment::unlink(name);  // every rank tries: whoever survives removes it
   for (int r = 0; r < size_; ++r)
@@ -281,9 +284,9 @@ namespace lockstep::comm {
 std::unique_ptr<Backend> make_shm_backend(const StorePtr& store, const std::string& prefix,
                                           const LaunchEnv& env, Millis timeout) {
   if (!env.single_node())
-    throw ConfigError(detail::concat("the shm backend needs all ranks on one node, but ",
-                                     env.local_world_size, " of ", env.world_size,
-                                     " ranks are local (use LOCKSTEP_BACKEND=gloo or mpi)"));
+    throw ConfigError(lockstep::detail::concat(
+        "the shm backend needs all ranks on one node, but ", env.local_world_size, " of ",
+        env.world_size, " ranks are local (use LOCKSTEP_BACKEND=gloo or mpi)"));
   return std::make_unique<shm::ShmBackend>(store, prefix, env, timeout,
                                            shm::ShmOptions::from_environment());
 }

@@ -31,8 +31,8 @@ char* map_and_close(int fd, size_t bytes, const std::string& name) {
   ::close(fd);
   if (p == MAP_FAILED) {
     const int e = errno;
-    throw ConfigError(
-        detail::concat("shm: mmap of ", name, " (", bytes, " bytes) failed: ", errno_text(e)));
+    throw ConfigError(lockstep::detail::concat("shm: mmap of ", name, " (", bytes,
+                                               " bytes) failed: ", errno_text(e)));
   }
   return static_cast<char*>(p);
 }
@@ -66,7 +66,7 @@ char* create_mapping(const std::string& name, size_t bytes, const char* hint) {
   const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) {
     const int e = errno;
-    throw ConfigError(detail::concat("shm: cannot create ", name, ": ", errno_text(e)));
+    throw ConfigError(lockstep::detail::concat("shm: cannot create ", name, ": ", errno_text(e)));
   }
   // posix_fallocate reserves tmpfs pages now: if /dev/shm is too small we fail
   // here with a message instead of dying of SIGBUS on first touch.
@@ -75,8 +75,9 @@ char* create_mapping(const std::string& name, size_t bytes, const char* hint) {
   if (rc != 0) {
     ::close(fd);
     Segment::unlink(name);
-    throw ConfigError(detail::concat("shm: cannot reserve ", bytes, " bytes in /dev/shm for ", name,
-                                     ": ", errno_text(rc), " (", hint, ")"));
+    throw ConfigError(lockstep::detail::concat("shm: cannot reserve ", bytes,
+                                               " bytes in /dev/shm for ", name, ": ",
+                                               errno_text(rc), " (", hint, ")"));
   }
   try {
     return map_and_close(fd, bytes, name);
@@ -90,13 +91,13 @@ char* open_mapping(const std::string& name, size_t bytes, const char* hint) {
   const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
   if (fd < 0) {
     const int e = errno;
-    throw ConfigError(detail::concat("shm: cannot open ", name, ": ", errno_text(e)));
+    throw ConfigError(lockstep::detail::concat("shm: cannot open ", name, ": ", errno_text(e)));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
     ::close(fd);
-    throw ConfigError(detail::concat("shm: ", name, " has ", st.st_size, " bytes, expected ", bytes,
-                                     " (", hint, ")"));
+    throw ConfigError(lockstep::detail::concat("shm: ", name, " has ", st.st_size,
+                                               " bytes, expected ", bytes, " (", hint, ")"));
   }
   return map_and_close(fd, bytes, name);
 }
@@ -124,7 +125,7 @@ Segment Segment::open(const std::string& name, const SegmentConfig& cfg) {
   if (h.magic != kMagic || h.version != kVersion ||
       h.world_size != static_cast<uint32_t>(cfg.world_size) || h.buffer_bytes != cfg.buffer_bytes ||
       h.channel_bytes != cfg.channel_bytes || h.small_bytes != cfg.small_bytes)
-    throw ConfigError(detail::concat("shm: segment ", name, " has an unexpected header"));
+    throw ConfigError(lockstep::detail::concat("shm: segment ", name, " has an unexpected header"));
   return s;
 }
 

@@ -29,8 +29,8 @@ WaitPolicy WaitPolicy::for_group(int local_ranks) {
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);
     if (end == v || *end != '\0' || n < 0 || n > 10000000)
-      throw ConfigError(detail::concat("LOCKSTEP_SHM_SPIN=", v,
-                                       ": expected microseconds of spinning, 0 to 10000000"));
+      throw ConfigError(lockstep::detail::concat(
+          "LOCKSTEP_SHM_SPIN=", v, ": expected microseconds of spinning, 0 to 10000000"));
     p.spin = std::chrono::microseconds(n);
     if (n == 0) p.yield_window = std::chrono::microseconds(100);
   }
@@ -82,7 +82,7 @@ int PeerPoller::check(Clock::time_point now, int peer, std::string* what) {
   // rank: whether the one we wait on exited.
   for (int q = 0; q < static_cast<int>(pids_.size()); ++q) {
     if (q == rank_ || (peer >= 0 && q != peer) || !process_exited(pids_[q])) continue;
-    *what = detail::concat("rank ", q, " (pid ", pids_[q], ") exited");
+    *what = lockstep::detail::concat("rank ", q, " (pid ", pids_[q], ") exited");
     return q;
   }
   return -1;
@@ -124,9 +124,10 @@ bool Waiter::detect_failure(Clock::time_point now, int peer, bool full) {
     pending_ = f;
     pending_what_ =
         f.kind == CommError::Kind::Aborted
-            ? detail::concat("the group was aborted (by rank ", f.by_rank, ")")
-            : detail::concat("rank ", f.by_rank, " failed: ", CommError::kind_name(f.kind),
-                             f.peer >= 0 ? detail::concat(" (rank ", f.peer, ")") : "");
+            ? lockstep::detail::concat("the group was aborted (by rank ", f.by_rank, ")")
+            : lockstep::detail::concat(
+                  "rank ", f.by_rank, " failed: ", CommError::kind_name(f.kind),
+                  f.peer >= 0 ? lockstep::detail::concat(" (rank ", f.peer, ")") : "");
     // From our side, the rank that failed us is the one at fault, or else the one
     // that gave up (when we ourselves are "at fault", e.g. we arrived too late).
     if ((f.peer < 0 || f.peer == rank_) && f.by_rank != rank_) pending_.peer = f.by_rank;
@@ -139,8 +140,8 @@ bool Waiter::detect_failure(Clock::time_point now, int peer, bool full) {
   }
   if (now >= ctx_.deadline) {
     pending_ = Failure{CommError::Kind::Timeout, rank_, peer};
-    pending_what_ =
-        peer >= 0 ? detail::concat("timed out waiting for rank ", peer) : std::string("timed out");
+    pending_what_ = peer >= 0 ? lockstep::detail::concat("timed out waiting for rank ", peer)
+                              : std::string("timed out");
     return true;
   }
   if (!full) return false;
