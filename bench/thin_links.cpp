@@ -7,7 +7,8 @@
 // the ratios to DDP fp32 at the same rate (same run); one PNG per rate (AUC against training
 // seconds, one line per method). Training seconds exclude the evaluations (eval.csv's
 // train_s). --report-only re-reads runs made before.
-//   lockstep-bench thin-links [--rates 1gbit,100mbit,10mbit] [--target-auc X] [--out DIR]
+//   lockstep-bench thin-links [--rates 1gbit,100mbit,10mbit] [--methods A,B] [--epochs N]
+//                             [--target-auc X] [--out DIR]
 #include "bench_util.h"
 #include "commands.h"
 
@@ -35,6 +36,8 @@ using nlohmann::json;
 
 struct Options {
   std::vector<std::string> rates = {"1gbit", "100mbit", "10mbit"};
+  std::vector<std::string> methods;  // labels of bench/thin_links.sh's catalog; empty: its six
+  int epochs = 0;                    // > 0: train.epochs of every run (bench/thin-links.toml: 4)
   std::string out = "out/bench-thin-links";
   double target_auc = -1;  // < 0: DDP fp32's best final AUC - 0.01
   bool report_only = false;
@@ -134,9 +137,15 @@ void report_rate(const Options& o, const std::vector<Run>& runs, const std::stri
 int run(const Options& o) {
   if (!o.report_only) {
     const std::filesystem::path run_path(LOCKSTEP_RUN_PATH);  // BUILD/apps/lockstep-run
-    std::string rates;
-    for (const auto& r : o.rates) rates += (rates.empty() ? "" : " ") + r;
-    const std::string cmd = "RATES='" + rates + "' bash '" + LOCKSTEP_SOURCE_DIR +
+    auto words = [](const std::vector<std::string>& v) {
+      std::string s;
+      for (const auto& w : v) s += (s.empty() ? "" : " ") + w;
+      return s;
+    };
+    std::string env = "RATES='" + words(o.rates) + "'";
+    if (!o.methods.empty()) env += " ONLY='" + words(o.methods) + "'";
+    if (o.epochs > 0) env += " EXTRA='--set train.epochs=" + std::to_string(o.epochs) + "'";
+    const std::string cmd = env + " bash '" + LOCKSTEP_SOURCE_DIR +
                             "/bench/thin_links.sh' '" +
                             run_path.parent_path().parent_path().string() + "' '" + o.out + "'";
     const int rc = std::system(cmd.c_str());
@@ -174,6 +183,11 @@ Command thin_links_command(CLI::App& bench) {
   app->add_option("--rates", o->rates, "link rates (tc syntax), comma-separated")
       ->delimiter(',')
       ->capture_default_str();
+  app->add_option("--methods", o->methods,
+                  "methods of bench/thin_links.sh's catalog, comma-separated (default: its six)")
+      ->delimiter(',');
+  app->add_option("--epochs", o->epochs, "train.epochs of every run (default: the config's 4)")
+      ->check(CLI::PositiveNumber);
   app->add_option("--target-auc", o->target_auc,
                   "the AUC to time (default: DDP fp32's best final AUC - 0.01)");
   app->add_option("--out", o->out, "folder of the runs")->capture_default_str();

@@ -9,7 +9,8 @@
 #
 # usage: bench/thin_links.sh BUILD_DIR OUT
 # env:   RATES="1gbit 100mbit 10mbit"  DELAY=1ms  EVAL_EVERY=31  EXTRA="--set k=v ..."
-#        METHODS="LABEL=KEY=VALUE,KEY=VALUE ..." (default: the six of docs/thin-links.md)
+#        ONLY="LABEL LABEL ..." (methods of the catalog below; default: its first six)
+#        METHODS="LABEL=KEY=VALUE,KEY=VALUE ..." (methods of your own, instead of ONLY)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=$1 out=$2
@@ -18,12 +19,24 @@ train=$build/apps/lockstep-train/lockstep-train
 cfg=$here/thin-links.toml
 RATES=${RATES:-1gbit 100mbit 10mbit} DELAY=${DELAY:-1ms} EVAL_EVERY=${EVAL_EVERY:-31}
 EXTRA=${EXTRA:-}
-METHODS=${METHODS:-"ddp-fp32=strategy.kind=ddp
+# The catalog: label=config keys. The first six are the default set of docs/thin-links.md;
+# the "-m0.5" ones take the outer momentum that did best with 2 replicas (its "Long job").
+CATALOG="ddp-fp32=strategy.kind=ddp
 ddp-qsgd4=strategy.kind=ddp,strategy.comm_hook=qsgd
 ddp-powersgd4=strategy.kind=ddp,strategy.comm_hook=powersgd,strategy.powersgd_rank=4,strategy.powersgd_start_iter=10
 diloco-h10=strategy.kind=diloco,strategy.diloco_inner_steps=10
 diloco-h50=strategy.kind=diloco,strategy.diloco_inner_steps=50
-streaming-h50-4bit=strategy.kind=diloco,strategy.diloco_inner_steps=50,strategy.diloco_fragments=5,strategy.diloco_overlap_steps=5,strategy.diloco_mixing=0.5,strategy.diloco_compression=qsgd"}
+streaming-h50-4bit=strategy.kind=diloco,strategy.diloco_inner_steps=50,strategy.diloco_fragments=5,strategy.diloco_overlap_steps=5,strategy.diloco_mixing=0.5,strategy.diloco_compression=qsgd
+diloco-h100-m0.5=strategy.kind=diloco,strategy.diloco_inner_steps=100,strategy.diloco_outer_momentum=0.5
+diloco-h50-m0.5-4bit=strategy.kind=diloco,strategy.diloco_inner_steps=50,strategy.diloco_outer_momentum=0.5,strategy.diloco_compression=qsgd"
+ONLY=${ONLY:-ddp-fp32 ddp-qsgd4 ddp-powersgd4 diloco-h10 diloco-h50 streaming-h50-4bit}
+if [[ -z ${METHODS:-} ]]; then
+  for label in $ONLY; do
+    line=$(grep -m1 "^$label=" <<<"$CATALOG") ||
+      { echo "thin_links.sh: no method '$label'; the catalog has: $(cut -d= -f1 <<<"$CATALOG" | xargs)"; exit 2; }
+    METHODS+="$line"$'\n'
+  done
+fi
 for f in "$run" "$train"; do
   [[ -x $f ]] || { echo "thin_links.sh: $f not built"; exit 2; }
 done
