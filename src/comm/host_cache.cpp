@@ -90,9 +90,9 @@ class HostCache final : public at::Allocator {
     return track(b);
   }
 
-  // Back into the cache; when the kept bytes would then exceed the live peak, the blocks
-  // freed longest ago are unmapped (sizes no one asks for any more), never the ones in use
-  // every step. A pointer the cache did not map is the small allocator's (raw_deallocate).
+  // Back into the cache; when the kept bytes would then exceed kHostCacheKeepFactor x the
+  // live peak, the blocks freed longest ago are unmapped (sizes no one asks for any more),
+  // never the ones in use every step. A pointer the cache did not map is the small allocator's (raw_deallocate).
   void give(void* p) {
     if (p == nullptr) return;
     std::vector<Block> stale;
@@ -110,7 +110,7 @@ class HostCache final : public at::Allocator {
       b.freed = ++frees_;
       by_age_.emplace(b.freed, kept_.emplace(b.size, b));
       stats_.cached_bytes += int64_t(b.size);
-      while (stats_.cached_bytes > stats_.peak_live_bytes) {
+      while (stats_.cached_bytes > kHostCacheKeepFactor * stats_.peak_live_bytes) {
         auto oldest = by_age_.begin();
         stale.push_back(oldest->second->second);
         stats_.cached_bytes -= int64_t(oldest->second->second.size);

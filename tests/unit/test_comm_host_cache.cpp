@@ -1,6 +1,6 @@
 // The host memory cache (include/lockstep/comm/host_cache.h): large blocks mapped, kept
-// when freed and handed to the next request of about their size; kept bytes bounded by the
-// live peak; emptied and retried when a mapping fails under a memory limit.
+// when freed and handed to the next request of about their size; kept bytes bounded by
+// kHostCacheKeepFactor x the live peak; emptied and retried when a mapping fails under a memory limit.
 #include <lockstep/comm/host_cache.h>
 
 #include <c10/core/CPUAllocator.h>
@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -74,19 +75,17 @@ TEST_F(HostCacheTest, SmallBlocksGoToMalloc) {
   EXPECT_EQ(host_cache_stats().live_bytes, before.live_bytes);
 }
 
-TEST_F(HostCacheTest, KeepsNoMoreThanTheLivePeak) {
+TEST_F(HostCacheTest, KeepsNoMoreThanTheBound) {
   std::vector<at::Tensor> held;
   held.reserve(4);
   for (int i = 0; i < 4; ++i) held.push_back(floats_of(8 * kMiB));
-  const int64_t peak = host_cache_stats().peak_live_bytes;
   held.clear();
-  EXPECT_LE(host_cache_stats().cached_bytes, peak);
   EXPECT_EQ(host_cache_stats().cached_bytes, 32 * kMiB);
-  // Blocks of other sizes, one at a time: kept bytes stay within the peak throughout.
+  // Blocks of other sizes, one at a time: kept bytes stay within the bound throughout.
   for (int64_t mb = 9; mb < 40; mb += 3) {
     floats_of(mb * kMiB);
     const auto s = host_cache_stats();
-    EXPECT_LE(s.cached_bytes, s.peak_live_bytes) << mb << " MiB";
+    EXPECT_LE(s.cached_bytes, kHostCacheKeepFactor * s.peak_live_bytes) << mb << " MiB";
   }
   empty_host_cache();
   EXPECT_EQ(host_cache_stats().cached_bytes, 0);
@@ -98,12 +97,34 @@ TEST_F(HostCacheTest, TheStaleBlocksMakeRoomNotTheBusyOne) {
   std::vector<at::Tensor> held;
   held.reserve(4);
   for (int i = 0; i < 4; ++i) held.push_back(floats_of(8 * kMiB));
-  held.clear();  // 32 MiB kept, sized for nothing that follows
-  const int64_t peak = host_cache_stats().peak_live_bytes;
+  held.clear();
+  empty_host_cache();
+  // Sizes up to the peak P, one at a time, none serving the next: ~1.9 P kept at the end.
+  const int64_t p = host_cache_stats().peak_live_bytes / kMiB;  // >= 32
+  for (int64_t eighths = 4; eighths <= 8; ++eighths) floats_of(eighths * p / 8 * kMiB);
   const int64_t maps = host_cache_stats().maps;
-  for (int i = 0; i < 10; ++i) floats_of(peak - 8 * kMiB).fill_(1.0f);
+  for (int i = 0; i < 10; ++i) floats_of(p / 4 * kMiB).fill_(1.0f);
   EXPECT_EQ(host_cache_stats().maps, maps + 1);
-  EXPECT_LE(host_cache_stats().cached_bytes, peak);
+  const auto s = host_cache_stats();
+  EXPECT_LE(s.cached_bytes, kHostCacheKeepFactor * s.peak_live_bytes);
+}
+
+// A step whose blocks add up to more than its peak in use (as a training step's: backward
+// asks for sizes forward did not) is served from the cache from its second run on.
+TEST_F(HostCacheTest, AStepLargerThanItsPeakIsMappedOnce) {
+  const int64_t p = std::max<int64_t>(host_cache_stats().peak_live_bytes / kMiB, 32);
+  auto step = [p] {
+    std::vector<at::Tensor> fwd, bwd;
+    for (int i = 0; i < 4; ++i) fwd.push_back(floats_of(p / 4 * kMiB));  // "activations"
+    for (int i = 0; i < 4; ++i) {  // "gradients", 1/8 larger: no forward block serves them
+      bwd.push_back(floats_of(p * 9 / 32 * kMiB));
+      fwd[size_t(i)] = at::Tensor();
+    }
+  };
+  step();
+  const int64_t maps = host_cache_stats().maps;
+  for (int i = 0; i < 3; ++i) step();
+  EXPECT_EQ(host_cache_stats().maps, maps);
 }
 
 TEST_F(HostCacheTest, ThreadsAllocatingAndFreeingAtOnce) {
