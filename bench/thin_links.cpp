@@ -145,8 +145,7 @@ int run(const Options& o) {
     std::string env = "RATES='" + words(o.rates) + "'";
     if (!o.methods.empty()) env += " ONLY='" + words(o.methods) + "'";
     if (o.epochs > 0) env += " EXTRA='--set train.epochs=" + std::to_string(o.epochs) + "'";
-    const std::string cmd = env + " bash '" + LOCKSTEP_SOURCE_DIR +
-                            "/bench/thin_links.sh' '" +
+    const std::string cmd = env + " bash '" + LOCKSTEP_SOURCE_DIR + "/bench/thin_links.sh' '" +
                             run_path.parent_path().parent_path().string() + "' '" + o.out + "'";
     const int rc = std::system(cmd.c_str());
     if (rc != 0) {

@@ -1,6 +1,7 @@
 // The host memory cache (include/lockstep/comm/host_cache.h): large blocks mapped, kept
 // when freed and handed to the next request of about their size; kept bytes bounded by
-// kHostCacheKeepFactor x the live peak; emptied and retried when a mapping fails under a memory limit.
+// kHostCacheKeepFactor x the live peak; emptied and retried when a mapping fails under a
+// memory limit.
 #include <lockstep/comm/host_cache.h>
 
 #include <c10/core/CPUAllocator.h>
