@@ -92,8 +92,8 @@ class HostCache final : public at::Allocator {
 
   // Back into the cache; when the kept bytes would then exceed kHostCacheKeepFactor x the
   // live peak, the blocks freed longest ago are unmapped (sizes no one asks for any more),
-  // never the ones in use every step. A pointer the cache did not map is the small allocator's
-  // (raw_deallocate).
+  // never the ones in use every step. A pointer the cache did not map is the small
+  // allocator's (raw_deallocate).
   void give(void* p) {
     if (p == nullptr) return;
     std::vector<Block> stale;
