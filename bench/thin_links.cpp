@@ -158,7 +158,7 @@ int run(const Options& o) {
   double best_ddp = NAN;
   for (const auto& rate : o.rates)
     for (const auto& m : methods)
-      if (auto r = load_run(o.out + "/" + rate + "/" + m, rate, m)) {
+      if (auto r = load_run((std::filesystem::path(o.out) / rate / m).string(), rate, m)) {
         if (m == "ddp-fp32" && r->ok && !(r->final_auc <= best_ddp)) best_ddp = r->final_auc;
         runs.push_back(*r);
       }
