@@ -35,8 +35,8 @@ struct HostCacheStats {
 
 inline constexpr size_t kHostCacheMinBytes = size_t(1) << 17;  // 128 KiB
 // Kept bytes <= this x the live peak. A step's distinct blocks add up to more than its
-// peak in use (backward asks for sizes forward did not; a batch one position longer asks
-// for blocks 1/64 larger): at 1x the CTSM demo unmapped and faulted in ~13 blocks a step.
+// peak in use (backward asks for sizes forward did not; CTSM's keys carry one position more
+// than its queries, blocks 1/64 apart): at 1x its demo unmapped and re-faulted ~13 a step.
 inline constexpr int64_t kHostCacheKeepFactor = 2;
 
 // Makes the cache libtorch's CPU allocator. True when it is (now or already); false when the
