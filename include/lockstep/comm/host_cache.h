@@ -8,9 +8,10 @@
 // next block of about its size: after the first step no block is faulted in again, and a
 // block no one asks for again goes back to the system instead of pinning the heap.
 //
-//  - blocks of kMinBytes and more: mmap()ed, a freed one kept and handed to the next request
-//    of its size up to 1/16 smaller; kept bytes never exceed kHostCacheKeepFactor times the
-//    peak of live large bytes (above it, the blocks freed longest ago are unmapped);
+//  - blocks of kHostCacheMinBytes and more: mmap()ed, a freed one kept and handed to the
+//    next request of its size up to 1/16 smaller; kept bytes never exceed
+//    kHostCacheKeepFactor times the peak of live large bytes (above it, the blocks freed
+//    longest ago are unmapped);
 //  - smaller blocks: the allocator that was installed before (glibc's malloc);
 //  - a failed mmap (out of memory, RLIMIT_DATA) empties the cache and tries once more, then
 //    throws c10::Error naming the size and what the cache held.
