@@ -8,6 +8,21 @@ function(lockstep_require found what package)
   endif()
 endfunction()
 
+# A bare machine (the lent GPU: docs/gpu.md, "The device run"): LOCKSTEP_DEPS_DIR (or the
+# environment's) names a prefix that scripts/gpu-prepare.sh filled from Debian's packages,
+# searched before the system: headers, static zlib and libcrypto, package configs, and
+# GoogleTest's sources. Unset (the default), nothing below changes.
+if(NOT LOCKSTEP_DEPS_DIR AND DEFINED ENV{LOCKSTEP_DEPS_DIR})
+  set(LOCKSTEP_DEPS_DIR "$ENV{LOCKSTEP_DEPS_DIR}")
+endif()
+set(LOCKSTEP_DEPS_DIR "${LOCKSTEP_DEPS_DIR}" CACHE PATH "Prefix of gpu-prepare.sh's dependencies (empty: the system's)")
+if(LOCKSTEP_DEPS_DIR)
+  list(PREPEND CMAKE_PREFIX_PATH "${LOCKSTEP_DEPS_DIR}")  # nlohmann_json, CLI11, toml++, gloo
+  set(ZLIB_ROOT "${LOCKSTEP_DEPS_DIR}")
+  set(OPENSSL_ROOT_DIR "${LOCKSTEP_DEPS_DIR}")
+  set(OPENSSL_USE_STATIC_LIBS TRUE)  # libcrypto.a (FindOpenSSL adds -ldl and threads)
+endif()
+
 find_package(Threads REQUIRED)
 find_package(Torch QUIET)
 lockstep_require(Torch_FOUND "libtorch (with c10d)" libtorch-dev)
@@ -19,6 +34,9 @@ endif()
 # c10d's ProcessGroupGloo.hpp includes <gloo/...>.
 find_path(LOCKSTEP_GLOO_INCLUDE gloo/config.h)
 lockstep_require(LOCKSTEP_GLOO_INCLUDE "the Gloo headers" libgloo-dev)
+if(LOCKSTEP_DEPS_DIR)  # not a system directory there: every target gets it
+  include_directories(SYSTEM "${LOCKSTEP_GLOO_INCLUDE}")
+endif()
 find_package(ZLIB QUIET)
 lockstep_require(ZLIB_FOUND "zlib" zlib1g-dev)
 # OpenSSL's libcrypto: HMAC-SHA256 for the rendezvous token's proofs (src/comm/rdzv_auth.cpp).
@@ -32,6 +50,20 @@ find_package(CLI11 QUIET)
 lockstep_require(CLI11_FOUND "CLI11" libcli11-dev)
 if(LOCKSTEP_BUILD_TESTS)
   find_package(GTest QUIET)
+  # No GoogleTest installed: build it from LOCKSTEP_DEPS_DIR's sources with this compiler
+  # (before CompilerFlags.cmake, so lockstep's warnings stay out of it). Its CMake makes
+  # GTest::gtest and GTest::gtest_main, the names tests/ link.
+  if(NOT GTest_FOUND AND EXISTS "${LOCKSTEP_DEPS_DIR}/googletest/CMakeLists.txt")
+    set(BUILD_GMOCK OFF CACHE BOOL "")
+    set(INSTALL_GTEST OFF CACHE BOOL "")
+    add_subdirectory("${LOCKSTEP_DEPS_DIR}/googletest" "${CMAKE_BINARY_DIR}/_deps/googletest"
+                     EXCLUDE_FROM_ALL)
+    if(NOT TARGET GTest::gtest_main)
+      add_library(GTest::gtest ALIAS gtest)
+      add_library(GTest::gtest_main ALIAS gtest_main)
+    endif()
+    set(GTest_FOUND TRUE)
+  endif()
   lockstep_require(GTest_FOUND "GoogleTest" libgtest-dev)
 endif()
 
