@@ -154,5 +154,14 @@ else
   done
   step train_nccl_np1 150 env LOCKSTEP_BACKEND=nccl LOCKSTEP_TIMEOUT_S=60 \
     "$run_bin" --nproc-per-node 1 --master-port 0 "$check"
+  # The benchmarks: lockstep's DDP (shm, with and without QSGD) and the CUDA codec, then
+  # PyTorch's DDP over gloo on the same GPU and workload (tests/gpu/torch_ddp_peer.py).
+  step bench_lockstep_shm_np2 150 env LOCKSTEP_BACKEND=shm LOCKSTEP_TIMEOUT_S=120 \
+    "$run_bin" --nproc-per-node 2 --master-port 0 "$check" --bench
+  step bench_torch_ddp_gloo_np2 120 python3 -m torch.distributed.run --standalone \
+    --nproc-per-node 2 tests/gpu/torch_ddp_peer.py
+  say "== benchmarks"
+  grep -h "^bench " "$out/logs/bench_lockstep_shm_np2.log" "$out/logs/bench_torch_ddp_gloo_np2.log" |
+    tee -a "$summary"
 fi
 finish

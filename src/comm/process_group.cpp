@@ -3,6 +3,7 @@
 #include "comm/op_fingerprint.h"
 #include "comm/stall_inspector.h"
 #include "comm/store_channel.h"
+#include "comm/device_staging.h"
 #include "comm/validate.h"
 
 #include <ATen/ATen.h>
@@ -111,8 +112,14 @@ ProcessGroup::~ProcessGroup() {
 
 CommContext ProcessGroup::context_for(const OpDesc& d) const { return op_context(*backend_, d); }
 
-WorkPtr ProcessGroup::enqueue(OpDesc desc, Millis timeout,
+WorkPtr ProcessGroup::enqueue(OpDesc desc, Millis timeout, DeviceStaging& staging,
                               std::function<void(const OpContext&)> run) {
+  return enqueue(desc, timeout, staging.wrap(std::move(run)), staging.waiter());
+}
+
+WorkPtr ProcessGroup::enqueue(OpDesc desc, Millis timeout,
+                              std::function<void(const OpContext&)> run,
+                              std::function<void()> on_wait) {
   std::unique_lock<std::mutex> lock(mu_);
   const auto me = std::this_thread::get_id();
   if (me == thread_.get_id() || (running_here_ && me == here_thread_))
@@ -132,6 +139,7 @@ WorkPtr ProcessGroup::enqueue(OpDesc desc, Millis timeout,
         std::lock_guard<std::mutex> l(link->mu);  // the group outlives the run
         if (link->group) link->group->run_here(w);
       });
+  if (on_wait) work->on_wait(std::move(on_wait));
   if (broken_) {
     work->finish(broken_);
     return work;
@@ -365,9 +373,11 @@ WorkPtr ProcessGroup::allreduce(at::Tensor& t, const AllreduceOptions& o) {
   OpDesc d{OpKind::Allreduce, 0, t.numel(), t.scalar_type(), o.op, -1, 0};
   const int p = size_;
   const bool sum = o.op == ReduceOp::Avg && !backend_->averages();  // then divide (p > 1)
-  return enqueue(d, resolve(o.timeout), [this, t, op = o.op, p, sum](const OpContext& ctx) mutable {
-    backend_->allreduce(t, sum ? ReduceOp::Sum : op, ctx);
-    if (sum && p > 1) t.div_(p);
+  DeviceStaging st(backend_->takes_device_tensors());
+  at::Tensor h = st.add(t, true, true);
+  return enqueue(d, resolve(o.timeout), st, [this, h, op = o.op, p, sum](const OpContext& ctx) mutable {
+    backend_->allreduce(h, sum ? ReduceOp::Sum : op, ctx);
+    if (sum && p > 1) h.div_(p);
   });
 }
 
@@ -376,6 +386,10 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> ts, const Allr
   int64_t numel = 0;
   for (const auto& t : ts) {
     validate_tensor(t, "allreduce_coalesced");
+    if (t.device() != ts[0].device())
+      throw InvalidArgument(lockstep::detail::concat("allreduce_coalesced: tensors on ",
+                                                     ts[0].device().str(), " and ",
+                                                     t.device().str(), "; pass one device"));
     if (t.scalar_type() != ts[0].scalar_type())
       throw InvalidArgument(lockstep::detail::concat(
           "allreduce_coalesced: tensors mix ", dtype_name(ts[0].scalar_type()), " and ",
@@ -384,7 +398,9 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> ts, const Allr
   }
   validate_reduce(ts[0], o.op, "allreduce_coalesced");
   OpDesc d{OpKind::Allreduce, 0, numel, ts[0].scalar_type(), o.op, -1, 0};
-  return enqueue(d, resolve(o.timeout),
+  DeviceStaging st(backend_->takes_device_tensors());
+  for (auto& t : ts) t = st.add(t, true, true);
+  return enqueue(d, resolve(o.timeout), st,
                  [this, ts = std::move(ts), op = o.op](const OpContext& ctx) mutable {
                    backend_->allreduce_coalesced(ts, op, ctx);
                  });
@@ -394,8 +410,10 @@ WorkPtr ProcessGroup::broadcast(at::Tensor& t, const BroadcastOptions& o) {
   validate_tensor(t, "broadcast");
   validate_rank(o.root, size_, "broadcast root");
   OpDesc d{OpKind::Broadcast, 0, t.numel(), t.scalar_type(), ReduceOp::Sum, o.root, 0};
-  return enqueue(d, resolve(o.timeout), [this, t, root = o.root](const OpContext& ctx) mutable {
-    backend_->broadcast(t, root, ctx);
+  DeviceStaging st(backend_->takes_device_tensors());
+  at::Tensor h = st.add(t, rank_ == o.root, true);
+  return enqueue(d, resolve(o.timeout), st, [this, h, root = o.root](const OpContext& ctx) mutable {
+    backend_->broadcast(h, root, ctx);
   });
 }
 
@@ -403,8 +421,10 @@ WorkPtr ProcessGroup::allgather(at::Tensor& out, const at::Tensor& in, const All
   validate_pair(out, in, "allgather");
   validate_multiple(out, in.numel() * size_, "allgather", "output", "size() * input.numel()");
   OpDesc d{OpKind::Allgather, 0, in.numel(), in.scalar_type(), ReduceOp::Sum, -1, 0};
-  return enqueue(d, resolve(o.timeout), [this, out, in](const OpContext& ctx) mutable {
-    backend_->allgather(out, in, ctx);
+  DeviceStaging st(backend_->takes_device_tensors());
+  at::Tensor ho = st.add(out, false, true), hi = st.add(in, true, false);
+  return enqueue(d, resolve(o.timeout), st, [this, ho, hi](const OpContext& ctx) mutable {
+    backend_->allgather(ho, hi, ctx);
   });
 }
 
@@ -415,10 +435,12 @@ WorkPtr ProcessGroup::reduce_scatter(at::Tensor& out, const at::Tensor& in,
   validate_multiple(in, out.numel() * size_, "reduce_scatter", "input", "size() * output.numel()");
   OpDesc d{OpKind::ReduceScatter, 0, in.numel(), in.scalar_type(), o.op, -1, 0};
   const int p = size_;
-  return enqueue(d, resolve(o.timeout),
-                 [this, out, in, op = o.op, p](const OpContext& ctx) mutable {
-                   backend_->reduce_scatter(out, in, op == ReduceOp::Avg ? ReduceOp::Sum : op, ctx);
-                   if (op == ReduceOp::Avg) out.div_(p);
+  DeviceStaging st(backend_->takes_device_tensors());
+  at::Tensor ho = st.add(out, false, true), hi = st.add(in, true, false);
+  return enqueue(d, resolve(o.timeout), st,
+                 [this, ho, hi, op = o.op, p](const OpContext& ctx) mutable {
+                   backend_->reduce_scatter(ho, hi, op == ReduceOp::Avg ? ReduceOp::Sum : op, ctx);
+                   if (op == ReduceOp::Avg) ho.div_(p);
                  });
 }
 
@@ -428,8 +450,10 @@ WorkPtr ProcessGroup::alltoall(at::Tensor& out, const at::Tensor& in, const Allt
   LOCKSTEP_CHECK(in.numel() % size_ == 0, "alltoall: input.numel() (", in.numel(),
                  ") must be a multiple of the world size (", size_, ")");
   OpDesc d{OpKind::Alltoall, 0, in.numel(), in.scalar_type(), ReduceOp::Sum, -1, 0};
-  return enqueue(d, resolve(o.timeout), [this, out, in](const OpContext& ctx) mutable {
-    backend_->alltoall(out, in, ctx);
+  DeviceStaging st(backend_->takes_device_tensors());
+  at::Tensor ho = st.add(out, false, true), hi = st.add(in, true, false);
+  return enqueue(d, resolve(o.timeout), st, [this, ho, hi](const OpContext& ctx) mutable {
+    backend_->alltoall(ho, hi, ctx);
   });
 }
 
@@ -438,8 +462,10 @@ WorkPtr ProcessGroup::send(const at::Tensor& t, int dst, const SendOptions& o) {
   validate_rank(dst, size_, "send destination");
   LOCKSTEP_CHECK(dst != rank_, "send: rank ", rank_, " cannot send to itself");
   OpDesc d{OpKind::Send, 0, t.numel(), t.scalar_type(), ReduceOp::Sum, dst, o.tag};
-  return enqueue(d, resolve(o.timeout), [this, t, dst, tag = o.tag](const OpContext& ctx) {
-    backend_->send(t, dst, tag, ctx);
+  DeviceStaging st(backend_->takes_device_tensors());
+  at::Tensor h = st.add(t, true, false);
+  return enqueue(d, resolve(o.timeout), st, [this, h, dst, tag = o.tag](const OpContext& ctx) {
+    backend_->send(h, dst, tag, ctx);
   });
 }
 
@@ -448,8 +474,10 @@ WorkPtr ProcessGroup::recv(at::Tensor& t, int src, const RecvOptions& o) {
   validate_rank(src, size_, "recv source");
   LOCKSTEP_CHECK(src != rank_, "recv: rank ", rank_, " cannot receive from itself");
   OpDesc d{OpKind::Recv, 0, t.numel(), t.scalar_type(), ReduceOp::Sum, src, o.tag};
-  return enqueue(d, resolve(o.timeout), [this, t, src, tag = o.tag](const OpContext& ctx) mutable {
-    backend_->recv(t, src, tag, ctx);
+  DeviceStaging st(backend_->takes_device_tensors());
+  at::Tensor h = st.add(t, false, true);
+  return enqueue(d, resolve(o.timeout), st, [this, h, src, tag = o.tag](const OpContext& ctx) mutable {
+    backend_->recv(h, src, tag, ctx);
   });
 }
 
@@ -478,6 +506,20 @@ WorkPtr ProcessGroup::run_composite(int64_t numel, at::ScalarType dtype,
   d.fingerprint = fingerprint;
   return enqueue(d, resolve(timeout),
                  [this, body = std::move(body)](const OpContext& ctx) { body(*backend_, ctx); });
+}
+
+WorkPtr ProcessGroup::run_composite_on(
+    at::Tensor& t, std::function<void(Backend&, const OpContext&, at::Tensor&)> body,
+    Millis timeout, int64_t fingerprint) {
+  validate_tensor(t, "run_composite_on");
+  OpDesc d{OpKind::Composite, 0, t.numel(), t.scalar_type(), ReduceOp::Sum, -1, 0};
+  d.fingerprint = fingerprint;
+  DeviceStaging st(/*backend_takes_device_tensors=*/false);
+  at::Tensor h = st.add(t, true, true);
+  return enqueue(d, resolve(timeout), st,
+                 [this, h, body = std::move(body)](const OpContext& ctx) mutable {
+                   body(*backend_, ctx, h);
+                 });
 }
 
 }  // namespace lockstep::comm

@@ -4,9 +4,9 @@ namespace lockstep::comm {
 
 void validate_tensor(const at::Tensor& t, const char* op) {
   LOCKSTEP_CHECK(t.defined(), op, ": the tensor is undefined");
-  if (!t.device().is_cpu())
-    throw InvalidArgument(lockstep::detail::concat(op, ": tensor is on ", t.device().str(),
-                                                   "; this process group handles CPU tensors"));
+  if (!t.device().is_cpu() && !t.device().is_cuda())
+    throw InvalidArgument(lockstep::detail::concat(
+        op, ": tensor is on ", t.device().str(), "; this process group handles CPU and CUDA tensors"));
   if (!t.is_contiguous())
     throw InvalidArgument(
         lockstep::detail::concat(op,
@@ -21,6 +21,10 @@ void validate_tensor(const at::Tensor& t, const char* op) {
 void validate_pair(const at::Tensor& out, const at::Tensor& in, const char* op) {
   validate_tensor(out, op);
   validate_tensor(in, op);
+  if (out.device() != in.device())
+    throw InvalidArgument(lockstep::detail::concat(op, ": input is on ", in.device().str(),
+                                                   " but output is on ", out.device().str(),
+                                                   "; pass both on one device"));
   if (out.scalar_type() != in.scalar_type())
     throw InvalidArgument(lockstep::detail::concat(op, ": input is ", dtype_name(in.scalar_type()),
                                                    " but output is ",

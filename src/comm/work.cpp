@@ -67,6 +67,8 @@ void Work::wait() {
     std::rethrow_exception(err);
   }
   if (error_) std::rethrow_exception(error_);
+  lock.unlock();
+  if (on_wait_) on_wait_();
 }
 
 }  // namespace lockstep::comm

@@ -162,8 +162,9 @@ comm::WorkPtr CompressedAllreduce::run_async(comm::ProcessGroup& group, at::Tens
                                              bool average) {
   const int P = group.size(), me = group.rank();
   LOCKSTEP_CHECK_EQ(P, world_, "the plan was made for another world size");
-  LOCKSTEP_CHECK(flat.defined() && flat.device().is_cpu() && flat.is_contiguous(),
-                 "flat buffer must be contiguous CPU");
+  LOCKSTEP_CHECK(flat.defined() && (flat.device().is_cpu() || flat.device().is_cuda()) &&
+                     flat.is_contiguous(),
+                 "flat buffer must be contiguous, on the CPU or a CUDA device");
   LOCKSTEP_CHECK_EQ(flat.numel(), numel_, "flat buffer size differs from the plan");
   const at::ScalarType dt = flat.scalar_type();
   LOCKSTEP_CHECK(dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf,
@@ -193,11 +194,12 @@ comm::WorkPtr CompressedAllreduce::run_async(comm::ProcessGroup& group, at::Tens
   last_rank_ = me;
   // The whole exchange is ONE composite op on the comm thread: its steps keep the same
   // order on every rank whatever else callers issue meanwhile. `flat` (shared storage)
-  // and `this` must stay alive and untouched until the work completed.
-  inflight_ = group.run_composite(
-      numel_, dt,
-      [this, flat, average, step](comm::Backend& be, const comm::OpContext& ctx) mutable {
-        exchange(be, ctx, flat, average, step);
+  // and `this` must stay alive and untouched until the work completed. A CUDA `flat` is
+  // exchanged through a pinned host twin (the codec runs on the CPU).
+  inflight_ = group.run_composite_on(
+      flat,
+      [this, average, step](comm::Backend& be, const comm::OpContext& ctx, at::Tensor& host) {
+        exchange(be, ctx, host, average, step);
       },
       comm::Millis(0), fingerprint());
   return inflight_;

@@ -125,6 +125,41 @@ TEST(ProcessGroup, ValidatesOnTheCallersThread) {
   auto odd = at::ones({5});
   auto odd_out = at::empty({5});
   EXPECT_THROW(pg.alltoall(odd_out, odd), InvalidArgument);
+  auto meta = at::empty({4}, at::TensorOptions().device(at::kMeta));
+  try {
+    pg.allreduce(meta);
+    ADD_FAILURE() << "a meta tensor was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor is on meta; this process group handles CPU and "
+                                         "CUDA tensors"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Work::on_wait (a CUDA op's stream order, docs/gpu.md) runs on the waiting thread after a
+// successful wait, every time, and never after a failed one.
+TEST(ProcessGroup, OnWaitRunsAfterEachSuccessfulWaitOnly) {
+  OpDesc d{OpKind::Allreduce, 1, 4, at::kFloat, ReduceOp::Sum, -1, 0};
+  int calls = 0;
+  std::thread::id where;
+  Work ok(d, Millis(1000), CommContext{});
+  ok.on_wait([&] {
+    ++calls;
+    where = std::this_thread::get_id();
+  });
+  ok.mark_started();
+  std::thread([&] { ok.finish(); }).join();
+  ok.wait();
+  ok.wait();
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(where, std::this_thread::get_id());
+  Work bad(d, Millis(1000), CommContext{});
+  bad.on_wait([&] { ++calls; });
+  bad.mark_started();
+  bad.finish(std::make_exception_ptr(std::runtime_error("wire fell out")));
+  EXPECT_THROW(bad.wait(), std::runtime_error);
+  EXPECT_EQ(calls, 2);
 }
 
 TEST(ProcessGroup, FailureCarriesContextAndBreaksTheGroup) {

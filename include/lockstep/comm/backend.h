@@ -63,6 +63,9 @@ class Backend {
 
   // True if the ranks can map each other's memory (one node: shm).
   virtual bool shares_memory() const { return false; }
+  // Whether the backend works on CUDA tensors where they lie (nccl). Else ProcessGroup
+  // stages them through pinned host memory (src/comm/device_staging.h).
+  virtual bool takes_device_tensors() const { return false; }
   // Collective, only where shares_memory(): `numel` elements of `dtype` in memory every
   // rank maps; collectives over tensors that lie at the same place of such memory on
   // every rank may skip their staging copies. Undefined if the memory could not be had

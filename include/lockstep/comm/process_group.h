@@ -1,7 +1,7 @@
 // lockstep/comm/process_group.h: the group of ranks and its collectives.
 //
 // A ProcessGroup owns one Backend and one communication thread. Every operation
-// is validated on the caller's thread (CPU, contiguous, supported dtype, sizes),
+// is validated on the caller's thread (CPU or CUDA, contiguous, supported dtype, sizes),
 // numbered, and queued; the comm thread runs them in issue order and completes
 // the returned Work. Ranks must issue the same collectives in the same order
 // (as with every MPI-style library); when they do not, the group detects it
@@ -9,6 +9,10 @@
 // CommError(Mismatch) on every rank, naming both ranks' ops, instead of corrupting data.
 // While a collective waits for ranks that have not entered it, rank 0 names them and
 // what each last entered, every stall_warn seconds (docs/debugging.md).
+//
+// CUDA tensors (one device per op) go to nccl as they are and through pinned host memory
+// to the other backends, ordered with the caller's current stream: wait() makes the
+// waiter's stream wait for the result without blocking the host (docs/gpu.md).
 //
 // After the first failure (peer gone, timeout, mismatch) the group is broken:
 // queued and later operations fail at once with the original cause.
@@ -33,6 +37,7 @@
 namespace lockstep::comm {
 
 class StoreChannel;    // internal: src/comm/store_channel.h
+class DeviceStaging;   // internal: src/comm/device_staging.h
 class StallInspector;  // internal: src/comm/stall_inspector.h
 struct RankActivity;   // internal: src/comm/stall_inspector.h
 
@@ -110,6 +115,13 @@ class ProcessGroup {
   WorkPtr run_composite(int64_t numel, at::ScalarType dtype,
                         std::function<void(Backend&, const OpContext&)> body,
                         Millis timeout = Millis(0), int64_t fingerprint = 0);
+  // run_composite over one tensor that `body` reads and writes (numel and dtype are its).
+  // A CUDA tensor reaches `body` as a pinned host twin, copied in and out around it and
+  // ordered with the caller's stream as the collectives' are, on every backend (composite
+  // bodies compute on the host).
+  WorkPtr run_composite_on(at::Tensor& t,
+                           std::function<void(Backend&, const OpContext&, at::Tensor&)> body,
+                           Millis timeout = Millis(0), int64_t fingerprint = 0);
 
   // Breaks the group on purpose: queued and later ops fail with `why`, and the backend
   // is told to wake anything blocked (shm also tells the peers, so they raise promptly
@@ -133,7 +145,11 @@ class ProcessGroup {
     bool deferred = false;
     Clock::time_point queued_at{};
   };
-  WorkPtr enqueue(OpDesc desc, Millis timeout, std::function<void(const OpContext&)> run);
+  WorkPtr enqueue(OpDesc desc, Millis timeout, std::function<void(const OpContext&)> run,
+                  std::function<void()> on_wait = {});
+  // An op whose tensors went through `staging` (CUDA tensors: docs/gpu.md).
+  WorkPtr enqueue(OpDesc desc, Millis timeout, DeviceStaging& staging,
+                  std::function<void(const OpContext&)> run);
   void comm_loop();
   // Whether the comm thread should take the queue's front now (see Task::deferred).
   bool front_ready_locked(Clock::time_point now) const;

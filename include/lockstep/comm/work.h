@@ -33,6 +33,10 @@ class Work {
   void wait();
   // The op's description (kind, seq, numel, dtype).
   const OpDesc& desc() const { return desc_; }
+  // Run by every successful wait() on the waiting thread, after the op finished (device
+  // tensors: makes the waiter's current stream wait for the op's copies, never the host).
+  // Set before the Work is handed out.
+  void on_wait(std::function<void()> f) { on_wait_ = std::move(f); }
 
   // --- used by the ProcessGroup's comm thread ---
   void mark_started();
@@ -44,6 +48,7 @@ class Work {
   const CommContext base_;
   const std::function<void(std::exception_ptr)> on_timeout_;
   const std::function<void(Work&)> run_here_;
+  std::function<void()> on_wait_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool started_ = false;

@@ -54,6 +54,11 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
   for (size_t i = 0; i < params_.size(); ++i) {
     LOCKSTEP_CHECK(params_[i].requires_grad() && params_[i].is_leaf(), "parameter '", names_[i],
                    "' must be a leaf that requires grad");
+    if (params_[i].device() != params_.front().device())
+      throw InvalidArgument(lockstep::detail::concat(
+          "DDP: parameter '", names_[i], "' is on ", params_[i].device().str(), " but '",
+          names_.front(), "' is on ", params_.front().device().str(),
+          "; move the whole module to one device (module->to(device)) before wrapping it"));
   }
   // Initial order: reverse registration order, the usual order in which backward
   // produces gradients (last layer first).
@@ -113,7 +118,9 @@ void Reducer::build_buckets(const std::vector<int64_t>& order) {
   // Shared buckets until the first one cannot be had (every rank sees the same), so a
   // small /dev/shm costs one warning, not one per bucket. alloc_shared on a broken group
   // throws: the layout is finished with private buffers, then the error goes on.
-  bool try_shared = options_.shared_buckets && world_size_ > 1;
+  // CUDA parameters: buckets on their device (the group stages them or, nccl, takes them).
+  const at::Device device = params_.empty() ? at::Device(at::kCPU) : params_.front().device();
+  bool try_shared = options_.shared_buckets && world_size_ > 1 && device.is_cpu();
   std::exception_ptr failed;
   for (size_t b = 0; b < specs.size(); ++b) {
     auto& info = infos[b];
@@ -136,7 +143,7 @@ void Reducer::build_buckets(const std::vector<int64_t>& order) {
     }
     states[b].as_views = options_.gradient_as_bucket_view || info.buffer.defined();
     if (!info.buffer.defined())
-      info.buffer = at::empty({total}, at::TensorOptions().dtype(specs[b].dtype));
+      info.buffer = at::empty({total}, at::TensorOptions().dtype(specs[b].dtype).device(device));
     int64_t off = 0;
     for (size_t k = 0; k < specs[b].params.size(); ++k) {
       const int64_t p = specs[b].params[k];
@@ -227,7 +234,7 @@ bool Reducer::in_place_ok_locked(int64_t i) const {
   const at::Tensor& view = buckets_[s.bucket].views[s.index];
   if (!grad.defined() || grad.is_sparse()) return false;
   if (buckets_[s.bucket].as_views) return grad.data_ptr() == view.data_ptr();
-  return grad.device().is_cpu() && grad.is_contiguous() &&
+  return grad.device() == view.device() && grad.is_contiguous() &&
          grad.scalar_type() == view.scalar_type() && grad.numel() == view.numel();
 }
 

@@ -8,9 +8,10 @@
 // 1.16x DDP's instead of about P times. The pool keeps each block once made and hands it
 // out again for the next buffer of the same size: the blocks alive at once (a unit
 // computing, one prefetched, the root; a gradient filling, one reducing) are all it ever
-// holds. Blocks come from libtorch's CPU allocator (lockstep's host cache once init() ran:
-// each a mapping of its own, outside malloc's heap; docs/host-memory.md) and go back to it
-// when the pool and every tensor using one are gone.
+// holds. Blocks come from libtorch's allocator for their device (on the CPU lockstep's
+// host cache once init() ran: each a mapping of its own, outside malloc's heap;
+// docs/host-memory.md; on a GPU the CUDA caching allocator) and go back to it when the
+// pool and every tensor using one are gone.
 #pragma once
 
 #include <ATen/core/Tensor.h>

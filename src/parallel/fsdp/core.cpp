@@ -393,7 +393,8 @@ void FSDPCore::finish_backward() {
 // --- gradients, full parameters, memory ----------------------------------------------------
 
 double FSDPCore::clip_grad_norm(double max_norm) {
-  at::Tensor sq = at::zeros({1}, at::kDouble);
+  const at::Device device = units_.empty() ? at::Device(at::kCPU) : units_[0]->shard().device();
+  at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
   for (const auto& u : units_)
     if (u->shard().grad().defined()) sq += u->shard().grad().to(at::kDouble).pow(2).sum();
   if (units_.empty() || units_[0]->sharded()) group_->allreduce(sq)->wait();

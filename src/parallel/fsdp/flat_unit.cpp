@@ -26,16 +26,17 @@ FlatUnit::FlatUnit(std::string name, std::vector<std::string> param_names,
       secondary_(secondary) {
   LOCKSTEP_CHECK(!params_.empty(), "FSDP unit '", name_, "' has no parameters");
   const auto dtype = params_[0].scalar_type();
+  const auto device = params_[0].device();
   int64_t total = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& p = params_[i];
-    if (p.scalar_type() != dtype || !p.device().is_cpu())
-      throw InvalidArgument(
-          lockstep::detail::concat("FSDP unit '", name_, "': parameter '", names_[i], "' is ",
-                                   comm::dtype_name(p.scalar_type()), " on ", p.device(), ", but '",
-                                   names_[0], "' is ", comm::dtype_name(dtype),
-                                   " on cpu; a unit's parameters must share one dtype and be "
-                                   "on the CPU (wrap the odd ones in a unit of their own)"));
+    if (p.scalar_type() != dtype || p.device() != device)
+      throw InvalidArgument(lockstep::detail::concat(
+          "FSDP unit '", name_, "': parameter '", names_[i], "' is ",
+          comm::dtype_name(p.scalar_type()), " on ", p.device(), ", but '", names_[0], "' is ",
+          comm::dtype_name(dtype), " on ", device,
+          "; a unit's parameters must share one dtype and one device (wrap the odd ones in a "
+          "unit of their own, or move the module with module->to(device) first)"));
     offsets_.push_back(total);
     total += p.numel();
     if (p.requires_grad()) ++expected_grads_;
@@ -66,6 +67,10 @@ FlatUnit::FlatUnit(std::string name, std::vector<std::string> param_names,
 
 void FlatUnit::make_codecs(const Compression& cz, at::ScalarType param_dtype) {
   if (!sharded() || !cz.enabled() || group_.size() == 1 || (cz.units && !cz.units(name_))) return;
+  if (!shard_.device().is_cpu())
+    throw InvalidArgument(lockstep::detail::concat(
+        "FSDP compression (gather_bits / reduce_bits) runs on CPU parameters only; unit '", name_,
+        "' is on ", shard_.device(), ": leave compression off for a CUDA model (docs/gpu.md)"));
   std::vector<compress::LayerSpan> layers;
   for (size_t i = 0; i < params_.size(); ++i)
     layers.push_back({names_[i], offsets_[i], params_[i].numel()});

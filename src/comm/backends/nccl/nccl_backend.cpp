@@ -197,6 +197,7 @@ class NcclBackend final : public Backend {
     });
   }
 
+  bool takes_device_tensors() const override { return true; }
   void abort() noexcept override { aborted_ = true; }
 
  private:
