@@ -161,7 +161,12 @@ else
   step bench_torch_ddp_gloo_np2 120 python3 -m torch.distributed.run --standalone \
     --nproc-per-node 2 tests/gpu/torch_ddp_peer.py
   say "== benchmarks"
-  grep -h "^bench " "$out/logs/bench_lockstep_shm_np2.log" "$out/logs/bench_torch_ddp_gloo_np2.log" |
+  grep -hE "^(\[rank 0\] )?bench " "$out/logs/bench_lockstep_shm_np2.log" \
+    "$out/logs/bench_torch_ddp_gloo_np2.log" | sed 's/^\[rank 0\] //' | tee "$out/bench.txt" |
     tee -a "$summary"
+  # The same-run ratio: PyTorch's step over lockstep's (fp32 allreduce), > 1 when faster.
+  awk -F': ' '/lockstep ddp step.*fp32/ { ours = $NF + 0 } /torch ddp step/ { peer = $NF + 0 }
+    END { if (ours > 0 && peer > 0) printf "ratio: PyTorch DDP step / lockstep DDP step = %.2f\n", peer / ours }' \
+    "$out/bench.txt" | tee -a "$summary"
 fi
 finish
