@@ -74,6 +74,37 @@ TEST(CudaCodec, EncodeBytesEqualCpuEverySizeBitsRounding) {
   }
 }
 
+// Every layout of the kernels (qsgd_codec.cu): 1, 2, 4, 8, 16 and 32 lanes a bucket
+// (part-filled lane sets and last groups among them), a block per bucket above 256, and
+// the decoder's flat grid over each: the CPU's bytes and floats.
+TEST(CudaCodec, EncodeBytesEqualCpuEveryBucketLayout) {
+  NEED_GPU();
+  const StreamKey key{5, 3, 0, 1};
+  for (int64_t n : {129, 100003}) {
+    const auto x = random_input(n, 11);
+    for (int64_t bucket : {1, 8, 13, 24, 64, 120, 256, 300, 2048}) {
+      for (int bits : {1, 4, 8}) {
+        CodecOptions o;
+        o.bits = bits;
+        o.bucket_size = bucket;
+        const auto [cpu, gpu] = both(x, o, key);
+        int64_t differ = 0;
+        for (size_t i = 0; i < cpu.size(); ++i) differ += cpu[i] != gpu[i];
+        EXPECT_EQ(differ, 0) << "n " << n << " bucket " << bucket << " bits " << bits;
+        std::vector<float> ref(static_cast<size_t>(n));  // and decoded alike
+        decode(cpu.data(), n, o, ref.data());
+        auto in = at::from_blob(const_cast<uint8_t*>(cpu.data()), {int64_t(cpu.size())}, at::kByte)
+                      .to(kCuda);
+        auto y = at::empty({n}, kCuda);
+        lockstep::compress::cuda::decode(in.data_ptr<uint8_t>(), n, o, y.data_ptr(), at::kFloat,
+                                         nullptr);
+        EXPECT_TRUE(at::equal(y.cpu(), at::from_blob(ref.data(), {n})))
+            << "decode, n " << n << " bucket " << bucket << " bits " << bits;
+      }
+    }
+  }
+}
+
 TEST(CudaCodec, DecodeEitherSideGivesTheSameFloats) {
   NEED_GPU();
   const StreamKey key{3, 1, 0, 1};
