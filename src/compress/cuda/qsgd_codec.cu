@@ -10,7 +10,8 @@
 //   within the S lanes (no shared memory, no barrier).
 // - Encode, larger buckets: one thread block per bucket (up to 256 threads, each over
 //   several groups), reduced through shared memory, the values read twice.
-// - Decode: a flat grid over every group of the segment (256 threads to a block).
+// - Decode: the same lanes for buckets of up to 32 groups (float32 written 16 bytes at a
+//   time where aligned), a flat grid over every group of the segment above.
 // A block of 32 threads per bucket, the first layout, left half of each warp idle at
 // B = 128 and a quarter of the GPU's threads resident: 26% (encode) and 41% (decode) of
 // a device copy's rate on an H200 (docs/gpu.md). No block depends on another, so one
@@ -31,6 +32,7 @@
 #include <cuda_runtime.h>
 
 #include <cfloat>
+#include <cstdint>
 #include <climits>
 #include <type_traits>
 
@@ -223,6 +225,7 @@ __global__ void encode_lanes_kernel(const T* x, int64_t n, int64_t B, int64_t nb
   }
 }
 
+// Decode of larger buckets: a flat grid over every group of the segment.
 template <int BITS, typename T, bool ADD>
 __global__ void decode_kernel(const uint8_t* in, int64_t n, int64_t B, int64_t nb, T* out,
                               unsigned long long* first_bad) {
@@ -249,6 +252,46 @@ __global__ void decode_kernel(const uint8_t* in, int64_t n, int64_t B, int64_t n
       else
         store(yb, i, v);
     }
+  }
+}
+
+// Decode of buckets of at most 32 groups: the lanes of encode_lanes_kernel (2^shift a
+// bucket, no shuffles needed), each writing its 8 values; float32 output as two 16-byte
+// stores where aligned.
+template <int BITS, typename T, bool ADD>
+__global__ void decode_lanes_kernel(const uint8_t* in, int64_t n, int64_t B, int64_t nb,
+                                    int shift, T* out, unsigned long long* first_bad) {
+  constexpr uint64_t kMask = (1u << BITS) - 1;
+  const int64_t per_block = blockDim.x >> shift;
+  const int g = int(threadIdx.x & ((1u << shift) - 1));
+  for (int64_t j0 = int64_t(blockIdx.x) * per_block; j0 < nb;
+       j0 += int64_t(gridDim.x) * per_block) {
+    const int64_t j = j0 + (threadIdx.x >> shift);
+    if (j >= nb) continue;
+    const int64_t len = B < n - j * B ? B : n - j * B, first = int64_t(g) * 8;
+    if (first >= len) continue;
+    const float lo = get_f32(in + j * 8), unit = get_f32(in + j * 8 + 4);
+    if (g == 0 && lo != lo && first_bad) atomicMin(first_bad, (unsigned long long)j);
+    const uint8_t* codes = in + nb * 8 + j * group_bytes(B, BITS) + g * BITS;
+    uint64_t w = 0;
+    for (int b = 0; b < BITS; ++b) w |= uint64_t(codes[b]) << (8 * b);
+    T* y = out + j * B + first;
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      v[k] = __fadd_rn(lo, __fmul_rn(float((w >> (k * BITS)) & kMask), unit));
+      if constexpr (ADD) v[k] = __fadd_rn(k < len - first ? load(y, k) : 0.0f, v[k]);
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (len - first >= 8 && (reinterpret_cast<uintptr_t>(y) & 15) == 0) {
+        reinterpret_cast<float4*>(y)[0] = make_float4(v[0], v[1], v[2], v[3]);
+        reinterpret_cast<float4*>(y)[1] = make_float4(v[4], v[5], v[6], v[7]);
+        continue;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      if (k < len - first) store(y, k, v[k]);
   }
 }
 
@@ -370,20 +413,25 @@ const char* launch_decode(const uint8_t* in, int64_t n, const Layout& l, void* o
   if (const auto e = reset_first_bad(first_bad, s); e != cudaSuccess) return status(e);
   if (n == 0) return nullptr;
   const int64_t B = l.bucket_size, nb = (n + B - 1) / B;
-  const int blocks = blocks_for(nb * ((B + 7) / 8), kMaxThreads);
   auto* bad = reinterpret_cast<unsigned long long*>(first_bad);
+  const int S = (B + 7) / 8 <= 32 ? lanes_for(B) : 0;  // 0: the flat grid
+  int shift = 0;
+  while ((1 << shift) < S) ++shift;
+  auto launch = [&](auto kBits, auto* tag, auto add_tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    constexpr bool kAdd = decltype(add_tag)::value;
+    auto* y = static_cast<T*>(out);
+    if (S > 0)
+      decode_lanes_kernel<decltype(kBits)::value, T, kAdd>
+          <<<blocks_for(nb, kMaxThreads / S), kMaxThreads, 0, s>>>(in, n, B, nb, shift, y, bad);
+    else
+      decode_kernel<decltype(kBits)::value, T, kAdd>
+          <<<blocks_for(nb * ((B + 7) / 8), kMaxThreads), kMaxThreads, 0, s>>>(in, n, B, nb, y,
+                                                                               bad);
+  };
   dispatch_bits(l.bits, [&](auto b) {
-    constexpr int kBits = decltype(b)::value;
-    if (add) {
-      decode_kernel<kBits, float, true>
-          <<<blocks, kMaxThreads, 0, s>>>(in, n, B, nb, static_cast<float*>(out), bad);
-      return;
-    }
-    dispatch_dtype(dtype, [&](auto* tag) {
-      using T = std::remove_pointer_t<decltype(tag)>;
-      decode_kernel<kBits, T, false>
-          <<<blocks, kMaxThreads, 0, s>>>(in, n, B, nb, static_cast<T*>(out), bad);
-    });
+    if (add) return launch(b, static_cast<float*>(nullptr), std::true_type{});
+    dispatch_dtype(dtype, [&](auto* tag) { launch(b, tag, std::false_type{}); });
   });
   return status(cudaGetLastError());
 }
