@@ -33,7 +33,7 @@ TORCH2_PY      := $(CURDIR)/.venv-bench/bin/python
 # kernels and the NCCL backend compile and link, and their tests run (they skip without a
 # GPU; docs/gpu.md).
 TORCH2_TARGETS := unit_launch unit_comm unit_data unit_ddp unit_compress unit_numerics \
-                  unit_cuda unit_cuda_stream \
+                  unit_cuda unit_cuda_stream gpu_training_check \
                   lockstep-run collectives_check ddp_equivalence fsdp_equivalence powersgd_check diloco_check \
                   lockstep_models lockstep_train lockstep-train ctsm_score_exported
 TORCH2_TESTS   := ^(unit_(launch|comm|data|ddp|compress|numerics|cuda|cuda_stream)$$|(collectives|ddp_equivalence|fsdp_equivalence|powersgd|diloco)_(shm|gloo)_np2|mismatch_detected_(shm|gloo)|packaging_(install|consumer_cmake)|tensorboard_reader|train_(resume|async_ckpt|diloco)$$|powersgd_torch_(reference|shm|gloo))

@@ -3,8 +3,8 @@
 # machine that has only python3 with a CUDA torch wheel, nvcc, CMake and g++, build the
 # CUDA targets against gpu-deps/ (scripts/gpu-prepare.sh) and run the GPU tests.
 #
-#   bash scripts/gpu-check.sh OUT        from the repository root; OUT gets summary.txt
-#                                        and logs/<step>.log
+#   bash scripts/gpu-check.sh OUT        from the repository root; OUT gets summary.txt,
+#                                        bench.txt and logs.tgz (logs/<step>.log)
 # Environment:
 #   GPU_CHECK_ONLY_BUILD=1   stop after the build (the rehearsal on a machine without GPU)
 #   GPU_CHECK_BENCH=1        build lockstep-bench too
@@ -63,6 +63,8 @@ fail() {  # a step that could not start
 
 finish() {
   if [[ -f "$build/.ninja_log" ]]; then cp "$build/.ninja_log" "$out/logs/ninja_log.txt"; fi
+  # One archive: the device tool brings back a limited number of files.
+  tar czf "$out/logs.tgz" -C "$out" logs && rm -rf "${out:?}/logs"
   if ((${#failed[@]})); then
     say "== RESULT: FAILED: ${failed[*]}"
     exit 1

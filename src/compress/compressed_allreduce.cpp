@@ -1,6 +1,8 @@
 // QSGD scatter-reduce-allgather (see compressed_allreduce.h for the algorithm and contract).
 #include <lockstep/compress/compressed_allreduce.h>
 
+#include "compress/device_exchange.h"
+
 #include "compress/float_io.h"
 #include "compress/inflight.h"
 #include "compress/progress_thread.h"
@@ -192,6 +194,21 @@ comm::WorkPtr CompressedAllreduce::run_async(comm::ProcessGroup& group, at::Tens
   bad_ = -1;
   last_step_ = step;
   last_rank_ = me;
+  device_call_ = P > 1 && flat.is_cuda() && DeviceExchange::available() &&
+                 !opts_.error_feedback &&
+                 !(opts_.across_nodes_only && group.backend_name() == "hier");
+  if (device_call_) {  // the CUDA codec on the GPU, an allgather of its bytes
+    if (!device_) {
+      std::vector<bool> compressed(layers_.size(), true);
+      for (int li : plain_layers_) compressed[size_t(li)] = false;
+      device_ = std::make_unique<DeviceExchange>(layers_, compressed, opts_);
+    }
+    device_average_ = average;
+    phases_ = AllreduceStats::Phases{};
+    inflight_ = device_->issue(group, flat, step);
+    last_stats_.bytes_sent = device_->bytes_sent(P);
+    return inflight_;
+  }
   // The whole exchange is ONE composite op on the comm thread: its steps keep the same
   // order on every rank whatever else callers issue meanwhile. `flat` (shared storage)
   // and `this` must stay alive and untouched until the work completed. A CUDA `flat` is
@@ -232,6 +249,11 @@ CompressedAllreduce::~CompressedAllreduce() {
 AllreduceStats CompressedAllreduce::finish() {
   LOCKSTEP_CHECK(inflight_ && inflight_->is_completed(),
                  "CompressedAllreduce::finish(): call it after the work of run_async() completed");
+  if (device_call_) {
+    device_call_ = false;
+    const int bad = device_->finish(device_average_);
+    if (bad >= 0) note_bad(bad);
+  }
   if (bad_ >= 0) {
     const std::string& bad_layer = layers_[size_t(bad_)].name;
     bad_ = -1;

@@ -5,7 +5,9 @@
 //      kernel when the op is issued (the stream order), and a mixed-device call refused;
 //   2. DDP of a CUDA model equal to one process on the concatenated batch (fp32 within
 //      1e-5 after 10 steps, float64 AdamW within 1e-9), fp16 hook on device buckets;
-//   3. QSGD (4 bits, buckets of 128) on CUDA buckets: replicas bit-identical;
+//   3. QSGD (4 bits, buckets of 128) on CUDA buffers: the compressed allreduce within its
+//      rounding of the exact mean, replicas bit-identical, a NaN raised on every rank
+//      naming its layer; DDP's QSGD hook on CUDA buckets;
 //   4. FSDP of a CUDA model (full_shard, shard_grad_op, no_shard) equal to one process
 //      (fp32 within 1e-5 after 10 steps, float64 AdamW within 1e-9);
 //   5. the gradient scaler with fp16 autocast on CUDA: an inf injected on the last rank
@@ -138,6 +140,42 @@ void check_collectives(lockstep::ProcessGroup& pg, const at::Device dev) {
     const std::string m = e.what();
     check(be + " mixed devices refused, naming both",
           m.find("cpu") != std::string::npos && m.find("cuda") != std::string::npos, m);
+  }
+}
+
+// The compressed allreduce of a CUDA buffer (the CUDA codec and an allgather of its bytes
+// at P > 1): the mean within 4-bit rounding of the exact one, replicas bit-identical, and a
+// NaN on the last rank raised on every rank naming its layer.
+void check_compressed(lockstep::ProcessGroup& pg, const at::Device dev) {
+  const int P = pg.size(), r = pg.rank();
+  const std::string tag = "qsgd allreduce of a CUDA buffer P=" + std::to_string(P) + " " +
+                          pg.backend_name();
+  std::vector<lockstep::compress::LayerSpan> layers{{"small", 0, 500}, {"a", 500, 3000},
+                                                    {"b", 3500, 5000}};
+  lockstep::compress::QsgdOptions o;
+  o.min_layer = 1024;  // "small" and the hole after "a" plain
+  lockstep::compress::CompressedAllreduce plan(o, layers, 8500, P);
+  at::manual_seed(40 + r);
+  const at::Tensor x = at::randn({8500}, at::TensorOptions().device(dev));
+  at::Tensor exact = x.clone(), y = x.clone();
+  pg.allreduce(exact, {lockstep::comm::ReduceOp::Avg})->wait();
+  plan.run(pg, y, /*average=*/true);
+  // 4 bits over a bucket of 128 normal values: a unit of about 6/15 per value, halved by
+  // the mean of 2 ranks and unbiased; the plain layers are exact.
+  report(tag + " mean", (y - exact).abs().max().item<double>(), 0.45);
+  report(tag + " plain layers exact",
+         std::max((y.narrow(0, 0, 500) - exact.narrow(0, 0, 500)).abs().max().item<double>(),
+                  (y.narrow(0, 3000, 500) - exact.narrow(0, 3000, 500)).abs().max().item<double>()),
+         P == 1 ? 0 : 1e-6);
+  report(tag + " replicas bit-identical", spread_across_ranks(pg, {y}), 0);
+  at::Tensor bad = x.clone();
+  if (r == P - 1) bad[4000] = std::numeric_limits<float>::quiet_NaN();
+  try {
+    plan.run(pg, bad, true);
+    check(tag + " a NaN on rank " + std::to_string(P - 1) + " is raised", false, "no error");
+  } catch (const lockstep::compress::NonFiniteGradient& e) {
+    check(tag + " a NaN on rank " + std::to_string(P - 1) + " is raised naming layer 'b'",
+          e.layer() == "b", e.what());
   }
 }
 
@@ -388,6 +426,7 @@ int main(int argc, char** argv) {
                                         local % static_cast<int>(torch::cuda::device_count())));
     c10::DeviceGuard device_guard(dev);
     check_collectives(*pg, dev);
+    check_compressed(*pg, dev);
     Case c;
     c.name = "ddp mlp f32 sgd";
     c.options.first_bucket_bytes = 1024;  // several buckets

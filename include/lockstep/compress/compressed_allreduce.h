@@ -56,6 +56,12 @@
 // error does not accumulate over steps: phase-1 residual x - Q1(x) for the parts sent away;
 // for the owned part the phase-2 residual of the sum, scaled by P when averaging.
 //
+// CUDA tensors (a CUDA build, P > 1, no error feedback, not two levels): the CUDA codec
+// on the GPU and one allgather of its bytes instead (src/compress/device_exchange.h): each
+// value quantized once, every rank summing every rank's decoded bytes in rank order; the
+// decode runs in finish(), on the stream wait() ordered. Otherwise a CUDA buffer takes the
+// algorithm above through pinned host memory (ProcessGroup::run_composite_on).
+//
 // Thread safety: one instance per buffer layout; one call in flight per instance (a second
 // run_async() before the first completed waits for the first). Issue calls on
 // different instances from one thread in the same order on every rank (as any collective).
@@ -74,6 +80,7 @@
 namespace lockstep::compress {
 
 class ProgressThread;  // private helper (src/compress/progress_thread.h)
+class DeviceExchange;  // private: CUDA tensors (src/compress/device_exchange.h)
 
 // One layer (parameter) of a flat buffer: elements [offset, offset + numel).
 struct LayerSpan {
@@ -111,7 +118,7 @@ class CompressedAllreduce {
   CompressedAllreduce(const CompressedAllreduce&) = delete;
   CompressedAllreduce& operator=(const CompressedAllreduce&) = delete;
 
-  // flat: contiguous CPU float32/bfloat16/float16 tensor with numel() == numel. Blocking;
+  // flat: contiguous float32/bfloat16/float16 tensor (CPU or CUDA) with numel() == numel. Blocking;
   // leaves the sum over ranks (the mean if `average`) in `flat`, identical on all ranks.
   AllreduceStats run(comm::ProcessGroup& group, at::Tensor& flat, bool average);
 
@@ -175,6 +182,8 @@ class CompressedAllreduce {
   at::Tensor send_, recv_, gather_in_, gather_out_, plain_;
   std::vector<float> acc_, tmp_, ef_x_, ef_q_;
   std::unique_ptr<ProgressThread> helper_;  // codec work of pipelined calls (lazily started)
+  std::unique_ptr<DeviceExchange> device_;  // CUDA flat buffers (lazily made)
+  bool device_call_ = false, device_average_ = false;  // the call in flight took it
 
   // The plan, made by the constructor.
   void fill_holes();
