@@ -34,13 +34,44 @@ DeviceExchange::DeviceExchange(const std::vector<LayerSpan>& layers,
   }
 }
 
+namespace {
+
+// The codec of `t`'s device: the CUDA kernels on the current stream, or the CPU codec (the
+// same bytes; how the algorithm is tested without a GPU).
+void encode_on(const at::Tensor& t, const void* x, int64_t n, const CodecOptions& o,
+               const StreamKey& key, uint64_t first_bucket, uint8_t* out) {
+  if (t.is_cpu()) {
+    encode(x, t.scalar_type(), n, o, key, first_bucket, out);
+    return;
+  }
 #if LOCKSTEP_HAVE_CUDA
+  cuda::encode(x, t.scalar_type(), n, o, key, first_bucket, out,
+               c10::cuda::getCurrentCUDAStream(t.device().index()).stream());
+#else
+  throw Error("the CUDA codec is not built (LOCKSTEP_CUDA off)");
+#endif
+}
+
+void decode_add_on(const at::Tensor& acc, const uint8_t* in, int64_t n, const CodecOptions& o) {
+  if (acc.is_cpu()) {
+    decode_add(in, n, o, acc.data_ptr<float>());
+    return;
+  }
+#if LOCKSTEP_HAVE_CUDA
+  cuda::decode_add(in, n, o, acc.data_ptr<float>(),
+                   c10::cuda::getCurrentCUDAStream(acc.device().index()).stream());
+#else
+  throw Error("the CUDA codec is not built (LOCKSTEP_CUDA off)");
+#endif
+}
+
+}  // namespace
 
 comm::WorkPtr DeviceExchange::issue(comm::ProcessGroup& group, const at::Tensor& flat,
                                     uint64_t step) {
   const int64_t es = flat.element_size();
   if (world_ != group.size() || !send_.defined() || send_.device() != flat.device() ||
-      flat_.scalar_type() != flat.scalar_type()) {  // the layout, once per dtype and group
+      dtype_ != flat.scalar_type()) {  // the layout, once per dtype, device and group
     total_ = 0;
     for (auto& s : segments_) {
       s.at = total_;
@@ -48,20 +79,19 @@ comm::WorkPtr DeviceExchange::issue(comm::ProcessGroup& group, const at::Tensor&
       total_ = aligned16(total_ + s.bytes);
     }
     world_ = group.size();
+    dtype_ = flat.scalar_type();
     const auto bytes = at::TensorOptions().dtype(at::kByte).device(flat.device());
     send_ = at::zeros({total_}, bytes);
     recv_ = at::empty({total_ * world_}, bytes);
   }
   flat_ = flat;
-  void* stream = c10::cuda::getCurrentCUDAStream(flat.device().index()).stream();
   const StreamKey key{options_.seed, step, uint32_t(group.rank()), kPhaseDevice};
   const CodecOptions codec = options_.codec();
-  const int64_t B = codec.bucket_size;
   auto* out = send_.data_ptr<uint8_t>();
   for (const auto& s : segments_) {
     if (s.compressed)  // first bucket: the layer's own, so no two layers share a stream
-      cuda::encode(static_cast<const char*>(flat.data_ptr()) + s.offset * es, flat.scalar_type(),
-                   s.numel, codec, key, uint64_t(s.offset / B), out + s.at, stream);
+      encode_on(flat, static_cast<const char*>(flat.data_ptr()) + s.offset * es, s.numel, codec,
+                key, uint64_t(s.offset / codec.bucket_size), out + s.at);
     else
       send_.narrow(0, s.at, s.bytes).copy_(flat.narrow(0, s.offset, s.numel).view(at::kByte));
   }
@@ -69,7 +99,6 @@ comm::WorkPtr DeviceExchange::issue(comm::ProcessGroup& group, const at::Tensor&
 }
 
 int DeviceExchange::finish(bool average) {
-  void* stream = c10::cuda::getCurrentCUDAStream(flat_.device().index()).stream();
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(flat_.device());
   at::Tensor bad = at::zeros({int64_t(segments_.size())}, f32.dtype(at::kBool));
   const CodecOptions codec = options_.codec();
@@ -79,9 +108,9 @@ int DeviceExchange::finish(bool average) {
     for (int r = 0; r < world_; ++r) {  // rank order: the same sums on every rank
       at::Tensor in = recv_.narrow(0, r * total_ + s.at, s.bytes);
       if (s.compressed)
-        cuda::decode_add(in.data_ptr<uint8_t>(), s.numel, codec, acc.data_ptr<float>(), stream);
+        decode_add_on(acc, in.data_ptr<uint8_t>(), s.numel, codec);
       else
-        acc.add_(in.view(flat_.scalar_type()).to(at::kFloat));
+        acc.add_(in.view(dtype_).to(at::kFloat));
     }
     bad.narrow(0, int64_t(i), 1).copy_(at::isfinite(acc).logical_not().any().reshape({1}));
     if (average) acc.div_(world_);
@@ -96,14 +125,5 @@ int DeviceExchange::finish(bool average) {
   flat_ = at::Tensor();
   return first < 0 ? -1 : segments_[size_t(first)].layer;
 }
-
-#else  // a build without CUDA: available() is false, so nothing calls these
-
-comm::WorkPtr DeviceExchange::issue(comm::ProcessGroup&, const at::Tensor&, uint64_t) {
-  throw Error("the CUDA codec is not built (LOCKSTEP_CUDA off)");
-}
-int DeviceExchange::finish(bool) { throw Error("the CUDA codec is not built (LOCKSTEP_CUDA off)"); }
-
-#endif
 
 }  // namespace lockstep::compress

@@ -29,8 +29,10 @@ class DeviceExchange {
                  const QsgdOptions& options);
   // Whether this build has the CUDA codec (LOCKSTEP_CUDA).
   static bool available();
-  // The caller's thread: encodes `flat` (a CUDA tensor) on the current stream and issues the
-  // allgather. Until its work completed, `flat` must not be touched.
+  // The caller's thread: encodes `flat` (on its device's current stream) and issues the
+  // allgather. Until its work completed, `flat` must not be touched. CompressedAllreduce
+  // takes this path for CUDA tensors; a CPU `flat` works too (the CPU codec: the same
+  // bytes), which is how compress_check tests the algorithm without a GPU.
   comm::WorkPtr issue(comm::ProcessGroup& group, const at::Tensor& flat, uint64_t step);
   // After the work completed, on a thread whose current stream is ordered after it
   // (Work::wait() does that): decodes and sums into `flat` (divided by P if `average`).
@@ -50,6 +52,7 @@ class DeviceExchange {
   std::vector<Segment> segments_;
   int64_t total_ = 0;  // S
   int world_ = 0;
+  at::ScalarType dtype_ = at::ScalarType::Undefined;
   at::Tensor flat_, send_, recv_;
 };
 

@@ -150,7 +150,8 @@ void check_compressed(lockstep::ProcessGroup& pg, const at::Device dev) {
   const int P = pg.size(), r = pg.rank();
   const std::string tag = "qsgd allreduce of a CUDA buffer P=" + std::to_string(P) + " " +
                           pg.backend_name();
-  std::vector<lockstep::compress::LayerSpan> layers{{"small", 0, 500}, {"a", 500, 3000},
+  // {name, offset, numel}: "small" [0, 500), "a" [500, 3000), a hole, "b" [3500, 8500).
+  std::vector<lockstep::compress::LayerSpan> layers{{"small", 0, 500}, {"a", 500, 2500},
                                                     {"b", 3500, 5000}};
   lockstep::compress::QsgdOptions o;
   o.min_layer = 1024;  // "small" and the hole after "a" plain

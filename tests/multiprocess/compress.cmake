@@ -4,6 +4,7 @@
 foreach(prog compress shard_compress)
   add_executable(${prog}_check ${CMAKE_CURRENT_LIST_DIR}/${prog}_check.cpp)
   target_link_libraries(${prog}_check PRIVATE lockstep_parallel)
+  target_include_directories(${prog}_check PRIVATE ${PROJECT_SOURCE_DIR}/src)  # device_exchange.h
   foreach(np 1 2 3 4)
     foreach(backend shm gloo)
       add_test(NAME ${prog}_${backend}_np${np}

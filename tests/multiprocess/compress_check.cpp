@@ -5,6 +5,8 @@
 #include <lockstep/lockstep.h>
 #include <lockstep/parallel/ddp/hooks/qsgd_hook.h>
 
+#include "compress/device_exchange.h"
+
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -165,6 +167,59 @@ void check_mixed_layers_and_nan(lockstep::ProcessGroup& g) {
   }
   tally::check("Inf in a plain layer: NonFiniteGradient names a.bias", named == "a.bias",
                "got '" + named + "'");
+}
+
+// The allgather of encodings (src/compress/device_exchange.h, CompressedAllreduce's path
+// for CUDA buffers) run on CPU tensors with the CPU codec, the same bytes: plain layers
+// exact, compressed ones within one unit of the bucket per rank, replicas bit-identical,
+// NaN named on every rank.
+void check_device_exchange_algorithm(lockstep::ProcessGroup& g) {
+  const int P = g.size(), me = g.rank();
+  if (P == 1) return;  // CompressedAllreduce takes it only across ranks
+  std::vector<LayerSpan> layers{{"small", 0, 500}, {"a", 500, 2500}, {"<unnamed>", 3000, 500},
+                                {"b", 3500, 5000}};
+  DeviceExchange ex(layers, {false, true, false, true}, QsgdOptions{});
+  const int64_t n = 8500;
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    const std::vector<float> mine = rounded_input(me, n, dt);
+    at::Tensor t = at::from_blob(const_cast<float*>(mine.data()), {n}).to(dt);
+    ex.issue(g, t, /*step=*/5)->wait();
+    tally::check("device exchange: no NaN reported", ex.finish(/*average=*/true) == -1);
+    std::vector<std::vector<float>> all;
+    for (int r = 0; r < P; ++r) all.push_back(rounded_input(r, n, dt));
+    const at::Tensor got = t.to(at::kFloat);
+    const float* y = got.data_ptr<float>();
+    double plain = 0, excess = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double s = 0;
+      for (int r = 0; r < P; ++r) s += all[size_t(r)][size_t(i)];
+      const double d = std::fabs(y[i] - s / P);
+      if (i < 500 || (i >= 3000 && i < 3500)) {
+        plain = std::max(plain, d);
+      } else {  // one unit of its bucket per rank, averaged, plus the dtype's rounding
+        const int64_t lo = i < 3000 ? 500 + (i - 500) / 128 * 128 : 3500 + (i - 3500) / 128 * 128;
+        const int64_t hi = std::min(lo + 128, i < 3000 ? int64_t(3000) : n);
+        double bound = 0;
+        for (int r = 0; r < P; ++r) bound += bucket_unit(all[size_t(r)], lo, hi, 4);
+        excess = std::max(excess, d - (bound / P + 0.01 * std::fabs(s / P) + 1e-6));
+      }
+    }
+    const std::string dn = dt == at::kFloat ? "float32" : "bfloat16";
+    tally::check("device exchange " + dn + ": plain layers exact",
+                 plain <= (dt == at::kFloat ? 1e-6 : 0.01), tally::format("max diff %g", plain));
+    tally::check("device exchange " + dn + ": compressed within one unit a rank",
+                 excess <= 0, tally::format("excess %g", excess));
+    at::Tensor root = got.clone();
+    g.broadcast(root, {0})->wait();
+    tally::check("device exchange " + dn + ": replicas bit-identical", at::equal(root, got));
+  }
+  std::vector<float> mine = rounded_input(me, n, at::kFloat);
+  if (me == P - 1) mine[4000] = NAN;
+  at::Tensor t = at::from_blob(mine.data(), {n});
+  ex.issue(g, t, 6)->wait();
+  const int bad = ex.finish(true);
+  tally::check("device exchange: a NaN on the last rank names layer 'b' everywhere",
+               bad == 3, tally::format("layer %d", bad));
 }
 
 // Several plans in flight at once (as DDP buckets are): issue all, then wait; the results,
@@ -330,6 +385,7 @@ int main() {
     check_case(*g, 4099, 4, at::kBFloat16, true);
     check_case(*g, 4099, 8, at::kHalf, false);
     check_mixed_layers_and_nan(*g);
+    check_device_exchange_algorithm(*g);
     check_async_overlap(*g);
     check_pipelined_steps(*g);
     check_hook_matches_direct(*g);
