@@ -13,8 +13,7 @@ struct DeviceStaging::State {
     at::Tensor dev, host;
     bool in, out;
   };
-  explicit State(c10::Device d)
-      : device(d), impl(d.type()), ready(d.type()), done(d.type()) {}
+  explicit State(c10::Device d) : device(d), impl(d.type()), ready(d.type()), done(d.type()) {}
   c10::Device device;
   c10::impl::VirtualGuardImpl impl;
   std::vector<Pair> pairs;  // empty on a backend that takes device tensors
@@ -36,7 +35,7 @@ struct DeviceStaging::State {
   void after() {
     for (auto& p : pairs)
       if (p.out) p.dev.copy_(p.host, /*non_blocking=*/true);  // pinned: the block is kept
-    done.record(*stream);                                      // until the copy has run
+    done.record(*stream);                                     // until the copy has run
   }
 };
 

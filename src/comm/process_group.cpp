@@ -1,9 +1,9 @@
 #include <lockstep/comm/process_group.h>
 
+#include "comm/device_staging.h"
 #include "comm/op_fingerprint.h"
 #include "comm/stall_inspector.h"
 #include "comm/store_channel.h"
-#include "comm/device_staging.h"
 #include "comm/validate.h"
 
 #include <ATen/ATen.h>
@@ -375,10 +375,11 @@ WorkPtr ProcessGroup::allreduce(at::Tensor& t, const AllreduceOptions& o) {
   const bool sum = o.op == ReduceOp::Avg && !backend_->averages();  // then divide (p > 1)
   DeviceStaging st(backend_->takes_device_tensors());
   at::Tensor h = st.add(t, true, true);
-  return enqueue(d, resolve(o.timeout), st, [this, h, op = o.op, p, sum](const OpContext& ctx) mutable {
-    backend_->allreduce(h, sum ? ReduceOp::Sum : op, ctx);
-    if (sum && p > 1) h.div_(p);
-  });
+  return enqueue(d, resolve(o.timeout), st,
+                 [this, h, op = o.op, p, sum](const OpContext& ctx) mutable {
+                   backend_->allreduce(h, sum ? ReduceOp::Sum : op, ctx);
+                   if (sum && p > 1) h.div_(p);
+                 });
 }
 
 WorkPtr ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> ts, const AllreduceOptions& o) {
@@ -452,9 +453,8 @@ WorkPtr ProcessGroup::alltoall(at::Tensor& out, const at::Tensor& in, const Allt
   OpDesc d{OpKind::Alltoall, 0, in.numel(), in.scalar_type(), ReduceOp::Sum, -1, 0};
   DeviceStaging st(backend_->takes_device_tensors());
   at::Tensor ho = st.add(out, false, true), hi = st.add(in, true, false);
-  return enqueue(d, resolve(o.timeout), st, [this, ho, hi](const OpContext& ctx) mutable {
-    backend_->alltoall(ho, hi, ctx);
-  });
+  return enqueue(d, resolve(o.timeout), st,
+                 [this, ho, hi](const OpContext& ctx) mutable { backend_->alltoall(ho, hi, ctx); });
 }
 
 WorkPtr ProcessGroup::send(const at::Tensor& t, int dst, const SendOptions& o) {
@@ -476,9 +476,10 @@ WorkPtr ProcessGroup::recv(at::Tensor& t, int src, const RecvOptions& o) {
   OpDesc d{OpKind::Recv, 0, t.numel(), t.scalar_type(), ReduceOp::Sum, src, o.tag};
   DeviceStaging st(backend_->takes_device_tensors());
   at::Tensor h = st.add(t, false, true);
-  return enqueue(d, resolve(o.timeout), st, [this, h, src, tag = o.tag](const OpContext& ctx) mutable {
-    backend_->recv(h, src, tag, ctx);
-  });
+  return enqueue(d, resolve(o.timeout), st,
+                 [this, h, src, tag = o.tag](const OpContext& ctx) mutable {
+                   backend_->recv(h, src, tag, ctx);
+                 });
 }
 
 WorkPtr ProcessGroup::barrier(const BarrierOptions& o) {
@@ -516,10 +517,9 @@ WorkPtr ProcessGroup::run_composite_on(
   d.fingerprint = fingerprint;
   DeviceStaging st(/*backend_takes_device_tensors=*/false);
   at::Tensor h = st.add(t, true, true);
-  return enqueue(d, resolve(timeout), st,
-                 [this, h, body = std::move(body)](const OpContext& ctx) mutable {
-                   body(*backend_, ctx, h);
-                 });
+  return enqueue(
+      d, resolve(timeout), st,
+      [this, h, body = std::move(body)](const OpContext& ctx) mutable { body(*backend_, ctx, h); });
 }
 
 }  // namespace lockstep::comm

@@ -5,8 +5,9 @@ namespace lockstep::comm {
 void validate_tensor(const at::Tensor& t, const char* op) {
   LOCKSTEP_CHECK(t.defined(), op, ": the tensor is undefined");
   if (!t.device().is_cpu() && !t.device().is_cuda())
-    throw InvalidArgument(lockstep::detail::concat(
-        op, ": tensor is on ", t.device().str(), "; this process group handles CPU and CUDA tensors"));
+    throw InvalidArgument(
+        lockstep::detail::concat(op, ": tensor is on ", t.device().str(),
+                                 "; this process group handles CPU and CUDA tensors"));
   if (!t.is_contiguous())
     throw InvalidArgument(
         lockstep::detail::concat(op,

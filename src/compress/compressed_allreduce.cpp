@@ -164,9 +164,9 @@ comm::WorkPtr CompressedAllreduce::run_async(comm::ProcessGroup& group, at::Tens
                                              bool average) {
   const int P = group.size(), me = group.rank();
   LOCKSTEP_CHECK_EQ(P, world_, "the plan was made for another world size");
-  LOCKSTEP_CHECK(flat.defined() && (flat.device().is_cpu() || flat.device().is_cuda()) &&
-                     flat.is_contiguous(),
-                 "flat buffer must be contiguous, on the CPU or a CUDA device");
+  LOCKSTEP_CHECK(
+      flat.defined() && (flat.device().is_cpu() || flat.device().is_cuda()) && flat.is_contiguous(),
+      "flat buffer must be contiguous, on the CPU or a CUDA device");
   LOCKSTEP_CHECK_EQ(flat.numel(), numel_, "flat buffer size differs from the plan");
   const at::ScalarType dt = flat.scalar_type();
   LOCKSTEP_CHECK(dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf,
@@ -194,8 +194,7 @@ comm::WorkPtr CompressedAllreduce::run_async(comm::ProcessGroup& group, at::Tens
   bad_ = -1;
   last_step_ = step;
   last_rank_ = me;
-  device_call_ = P > 1 && flat.is_cuda() && DeviceExchange::available() &&
-                 !opts_.error_feedback &&
+  device_call_ = P > 1 && flat.is_cuda() && DeviceExchange::available() && !opts_.error_feedback &&
                  !(opts_.across_nodes_only && group.backend_name() == "hier");
   if (device_call_) {  // the CUDA codec on the GPU, an allgather of its bytes
     if (!device_) {

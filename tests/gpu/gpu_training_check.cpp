@@ -148,11 +148,11 @@ void check_collectives(lockstep::ProcessGroup& pg, const at::Device dev) {
 // NaN on the last rank raised on every rank naming its layer.
 void check_compressed(lockstep::ProcessGroup& pg, const at::Device dev) {
   const int P = pg.size(), r = pg.rank();
-  const std::string tag = "qsgd allreduce of a CUDA buffer P=" + std::to_string(P) + " " +
-                          pg.backend_name();
+  const std::string tag =
+      "qsgd allreduce of a CUDA buffer P=" + std::to_string(P) + " " + pg.backend_name();
   // {name, offset, numel}: "small" [0, 500), "a" [500, 3000), a hole, "b" [3500, 8500).
-  std::vector<lockstep::compress::LayerSpan> layers{{"small", 0, 500}, {"a", 500, 2500},
-                                                    {"b", 3500, 5000}};
+  std::vector<lockstep::compress::LayerSpan> layers{
+      {"small", 0, 500}, {"a", 500, 2500}, {"b", 3500, 5000}};
   lockstep::compress::QsgdOptions o;
   o.min_layer = 1024;  // "small" and the hole after "a" plain
   lockstep::compress::CompressedAllreduce plan(o, layers, 8500, P);
@@ -207,8 +207,8 @@ struct Case {
 
 std::unique_ptr<torch::optim::Optimizer> make_opt(const Case& c, std::vector<at::Tensor> ps) {
   if (c.adamw)
-    return std::make_unique<torch::optim::AdamW>(std::move(ps),
-                                                 torch::optim::AdamWOptions(1e-2).weight_decay(0.05));
+    return std::make_unique<torch::optim::AdamW>(
+        std::move(ps), torch::optim::AdamWOptions(1e-2).weight_decay(0.05));
   return std::make_unique<torch::optim::SGD>(std::move(ps),
                                              torch::optim::SGDOptions(0.1).momentum(0.9));
 }
@@ -239,8 +239,7 @@ void run_ddp(const std::shared_ptr<lockstep::ProcessGroup>& pg, const at::Device
     ref_opt->zero_grad();
   }
   const std::string tag = c.name + " P=" + std::to_string(P) + " " + pg->backend_name();
-  check(tag + " buckets on " + dev.str(),
-        ddp.reducer().buckets().front().buffer.device() == dev);
+  check(tag + " buckets on " + dev.str(), ddp.reducer().buckets().front().buffer.device() == dev);
   report(tag + " params", max_diff(model->parameters(), ref->parameters()), c.tol);
   if (c.replicas_identical)
     report(tag + " replicas bit-identical", spread_across_ranks(*pg, model->parameters()), 0);
@@ -286,10 +285,9 @@ void run_fsdp(const std::shared_ptr<lockstep::ProcessGroup>& pg, const at::Devic
     opt->zero_grad();
     ref_opt->zero_grad();
   }
-  const std::string tag = tally::format("fsdp %s %s %s P=%d %s",
-                                        lockstep::fsdp::strategy_name(strategy),
-                                        dtype == at::kDouble ? "f64" : "f32",
-                                        adamw ? "adamw" : "sgd", P, pg->backend_name().c_str());
+  const std::string tag = tally::format(
+      "fsdp %s %s %s P=%d %s", lockstep::fsdp::strategy_name(strategy),
+      dtype == at::kDouble ? "f64" : "f32", adamw ? "adamw" : "sgd", P, pg->backend_name().c_str());
   check(tag + " shards on " + dev.str(), f.parameters().front().device() == dev);
   f.summon_full_params();
   report(tag + " params", max_diff(model->parameters(), ref->parameters()), tol);
@@ -375,10 +373,11 @@ void bench_codec(const at::Device dev) {
   const double gb = double(n) * 4 / 1e9;
   // A copy reads and writes n floats: its rate in input bytes per second is the bound an
   // encoder (reads 4 bytes, writes ~0.56) or decoder approaches.
-  std::printf("bench codec 4-bit/128 on %lld floats: copy %.0f GB/s, encode %.0f GB/s (%.0f%% of "
-              "copy), decode %.0f GB/s (%.0f%% of copy)\n",
-              (long long)n, gb / copy_s, gb / enc_s, 100 * copy_s / enc_s, gb / dec_s,
-              100 * copy_s / dec_s);
+  std::printf(
+      "bench codec 4-bit/128 on %lld floats: copy %.0f GB/s, encode %.0f GB/s (%.0f%% of "
+      "copy), decode %.0f GB/s (%.0f%% of copy)\n",
+      (long long)n, gb / copy_s, gb / enc_s, 100 * copy_s / enc_s, gb / dec_s,
+      100 * copy_s / dec_s);
 }
 
 void bench_ddp(const std::shared_ptr<lockstep::ProcessGroup>& pg, const at::Device dev,
@@ -406,9 +405,10 @@ void bench_ddp(const std::shared_ptr<lockstep::ProcessGroup>& pg, const at::Devi
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"gpu_training_check: collectives, DDP, QSGD and the gradient scaler on CUDA "
-               "tensors (run under lockstep-run)",
-               "gpu_training_check"};
+  CLI::App app{
+      "gpu_training_check: collectives, DDP, QSGD and the gradient scaler on CUDA "
+      "tensors (run under lockstep-run)",
+      "gpu_training_check"};
   bool bench = false;
   app.add_flag("--bench", bench, "also time the CUDA codec and a DDP step (rank 0 prints)");
   if (auto rc = lockstep::launch::parse_command_line(app, argc, argv, std::cout, std::cerr))
@@ -454,9 +454,9 @@ int main(int argc, char** argv) {
     c.tol = 0.05;  // 4-bit stochastic rounding: unbiased, not exact
     c.replicas_identical = true;
     run_ddp(pg, dev, c);
-    for (auto st : {lockstep::fsdp::ShardingStrategy::FullShard,
-                    lockstep::fsdp::ShardingStrategy::ShardGradOp,
-                    lockstep::fsdp::ShardingStrategy::NoShard})
+    for (auto st :
+         {lockstep::fsdp::ShardingStrategy::FullShard,
+          lockstep::fsdp::ShardingStrategy::ShardGradOp, lockstep::fsdp::ShardingStrategy::NoShard})
       run_fsdp(pg, dev, st, at::kFloat, false, 1e-5);
     run_fsdp(pg, dev, lockstep::fsdp::ShardingStrategy::FullShard, at::kDouble, true, 1e-9);
     check_scaler(pg, dev);

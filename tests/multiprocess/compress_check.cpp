@@ -176,8 +176,8 @@ void check_mixed_layers_and_nan(lockstep::ProcessGroup& g) {
 void check_device_exchange_algorithm(lockstep::ProcessGroup& g) {
   const int P = g.size(), me = g.rank();
   if (P == 1) return;  // CompressedAllreduce takes it only across ranks
-  std::vector<LayerSpan> layers{{"small", 0, 500}, {"a", 500, 2500}, {"<unnamed>", 3000, 500},
-                                {"b", 3500, 5000}};
+  std::vector<LayerSpan> layers{
+      {"small", 0, 500}, {"a", 500, 2500}, {"<unnamed>", 3000, 500}, {"b", 3500, 5000}};
   DeviceExchange ex(layers, {false, true, false, true}, QsgdOptions{});
   const int64_t n = 8500;
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
@@ -207,8 +207,8 @@ void check_device_exchange_algorithm(lockstep::ProcessGroup& g) {
     const std::string dn = dt == at::kFloat ? "float32" : "bfloat16";
     tally::check("device exchange " + dn + ": plain layers exact",
                  plain <= (dt == at::kFloat ? 1e-6 : 0.01), tally::format("max diff %g", plain));
-    tally::check("device exchange " + dn + ": compressed within one unit a rank",
-                 excess <= 0, tally::format("excess %g", excess));
+    tally::check("device exchange " + dn + ": compressed within one unit a rank", excess <= 0,
+                 tally::format("excess %g", excess));
     at::Tensor root = got.clone();
     g.broadcast(root, {0})->wait();
     tally::check("device exchange " + dn + ": replicas bit-identical", at::equal(root, got));
@@ -218,8 +218,8 @@ void check_device_exchange_algorithm(lockstep::ProcessGroup& g) {
   at::Tensor t = at::from_blob(mine.data(), {n});
   ex.issue(g, t, 6)->wait();
   const int bad = ex.finish(true);
-  tally::check("device exchange: a NaN on the last rank names layer 'b' everywhere",
-               bad == 3, tally::format("layer %d", bad));
+  tally::check("device exchange: a NaN on the last rank names layer 'b' everywhere", bad == 3,
+               tally::format("layer %d", bad));
 }
 
 // Several plans in flight at once (as DDP buckets are): issue all, then wait; the results,

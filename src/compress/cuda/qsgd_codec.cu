@@ -32,8 +32,8 @@
 #include <cuda_runtime.h>
 
 #include <cfloat>
-#include <cstdint>
 #include <climits>
+#include <cstdint>
 #include <type_traits>
 
 namespace lockstep::compress::cuda_detail {
@@ -192,7 +192,7 @@ __global__ void encode_lanes_kernel(const T* x, int64_t n, int64_t B, int64_t nb
     }
     if (j >= nb) continue;
     uint8_t* codes = out + nb * 8 + j * group_bytes(B, BITS);  // buckets before j are full
-    const bool mine = first < len;                              // a group of this bucket
+    const bool mine = first < len;                             // a group of this bucket
     if (bad) {  // the NaN marker: meta (NaN, NaN), zero codes
       if (g == 0) {
         put_f32(out + j * 8, __uint_as_float(0x7FC00000u));  // the CPU's NAN
@@ -259,8 +259,8 @@ __global__ void decode_kernel(const uint8_t* in, int64_t n, int64_t B, int64_t n
 // bucket, no shuffles needed), each writing its 8 values; float32 output as two 16-byte
 // stores where aligned.
 template <int BITS, typename T, bool ADD>
-__global__ void decode_lanes_kernel(const uint8_t* in, int64_t n, int64_t B, int64_t nb,
-                                    int shift, T* out, unsigned long long* first_bad) {
+__global__ void decode_lanes_kernel(const uint8_t* in, int64_t n, int64_t B, int64_t nb, int shift,
+                                    T* out, unsigned long long* first_bad) {
   constexpr uint64_t kMask = (1u << BITS) - 1;
   const int64_t per_block = blockDim.x >> shift;
   const int g = int(threadIdx.x & ((1u << shift) - 1));
