@@ -223,8 +223,8 @@ std::string ratio(const Row* x, const Row* y) {
 
 // One table per op: every implementation's bus bandwidth and shm's ratio to the peers.
 void print_table(const Options& o, const Rows& rows, const std::string& op) {
-  // allreduce also in shared memory (the zero-copy path DDP's buckets take)
-  const bool shared = op == "allreduce";
+  // allreduce and reduce_scatter also from shared memory (their zero-copy paths)
+  const bool shared = op != "allgather";
   std::vector<std::string> cols{op, "shm"};
   if (shared) cols.emplace_back("shm shared");
   for (const char* c : {"gloo", "mpi", "c10d-gloo", "MPI", "shm/c10d-gloo", "shm/MPI"})

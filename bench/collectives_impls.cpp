@@ -38,10 +38,9 @@ class Base : public CollectiveImpl {
     const int p = control_.size(), r = control_.rank();
     const int64_t part = n / p;
     at::Tensor in, out;
-    if (op == "allreduce") in = out = allreduce_buffer(n);
+    if (op == "allreduce") in = out = input_buffer(n);
     if (op == "allgather") in = at::empty({part}, at::kFloat), out = at::empty({n}, at::kFloat);
-    if (op == "reduce_scatter")
-      in = at::empty({n}, at::kFloat), out = at::empty({part}, at::kFloat);
+    if (op == "reduce_scatter") in = input_buffer(n), out = at::empty({part}, at::kFloat);
     // Timed on zeros (sums stay 0: no overflow to inf over a batch), checked on r+1.
     in.zero_();
     const int reps = ops_per_sample(in.numel() * 4);
@@ -69,7 +68,8 @@ class Base : public CollectiveImpl {
 
  protected:
   virtual void run(const std::string& op, at::Tensor& out, at::Tensor& in) = 0;
-  virtual at::Tensor allreduce_buffer(int64_t n) { return at::empty({n}, at::kFloat); }
+  // The allreduce's buffer and the reduce_scatter's input.
+  virtual at::Tensor input_buffer(int64_t n) { return at::empty({n}, at::kFloat); }
 
   // Against the closed form; returns what is wrong, or "" if nothing.
   static std::string check(const std::string& op, const at::Tensor& out, int p) {
@@ -112,16 +112,16 @@ class Lockstep : public Base {
   std::shared_ptr<comm::ProcessGroup> pg_;
 };
 
-// lockstep shm with the tensor in ProcessGroup::alloc_shared memory (where DDP keeps its
-// buckets): the zero-copy allreduce.
+// lockstep shm with the input in ProcessGroup::alloc_shared memory (where DDP keeps its
+// buckets): the zero-copy allreduce and reduce_scatter.
 class LockstepShared : public Lockstep {
  public:
   explicit LockstepShared(comm::ProcessGroup& control) : Lockstep("shm", control) {}
   std::string name() const override { return "shm-shared"; }
-  bool supports(const std::string& op) const override { return op == "allreduce"; }
+  bool supports(const std::string& op) const override { return op != "allgather"; }
 
  protected:
-  at::Tensor allreduce_buffer(int64_t n) override {
+  at::Tensor input_buffer(int64_t n) override {
     at::Tensor t = pg_->alloc_shared(n, at::kFloat);
     if (!t.defined()) throw std::runtime_error("shm-shared: alloc_shared gave no memory");
     return t;

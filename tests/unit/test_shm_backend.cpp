@@ -367,6 +367,41 @@ TEST_P(ShmBackendP, SharedMemoryAllreduceInPlace) {
       "shared"));
 }
 
+TEST_P(ShmBackendP, SharedMemoryReduceScatter) {
+  // Inputs at the same place of an alloc_shared allocation on every rank take the
+  // zero-copy path (each rank reduces its slice straight from every rank's input), at
+  // different places (rank 0 shifted) the staged one; both exact, into a separate output
+  // or in place (the output is the rank's own slice of its input).
+  const int P = GetParam();
+  expect_all_ok(run_ranks(
+      P,
+      [](Rank& g) {
+        const int P = g.size;
+        const int64_t tri = P * (P + 1) / 2;
+        auto& be = static_cast<shm::ShmBackend&>(*g.be);
+        const int64_t n = (1 << 16) + 37, pad = 64;
+        at::Tensor buf = be.alloc_shared(P * n + 2 * pad, at::kFloat, g.ctx(OpKind::AllocShared));
+        CHILD_CHECK(buf.defined());
+        for (int64_t shift : {int64_t{0}, int64_t{7}}) {
+          for (bool in_place : {false, true}) {
+            const std::string where = lockstep::detail::concat("shift=", shift,
+                                                               " in_place=", in_place, " P=", P);
+            g.be->barrier(g.ctx(OpKind::Barrier));  // no peer still reads buf
+            at::Tensor in = buf.narrow(0, pad + (g.rank == 0 ? shift : 0), P * n);
+            in.copy_(pattern(P * n) * (g.rank + 1));
+            g.be->barrier(g.ctx(OpKind::Barrier));
+            at::Tensor out = in_place ? in.narrow(0, g.rank * n, n) : at::empty({n});
+            g.be->reduce_scatter(out, in, ReduceOp::Sum, g.ctx(OpKind::ReduceScatter));
+            check_equal(out, pattern(P * n).narrow(0, g.rank * n, n) * tri,
+                        "shared reduce_scatter " + where);
+            CHILD_CHECK(P == 1 || be.last_zero_copy() == (shift == 0), "zero copy ",
+                        be.last_zero_copy(), ": ", where);
+          }
+        }
+      },
+      "shared_rs"));
+}
+
 TEST_P(ShmBackendP, SendRecv) { expect_all_ok(run_ranks(GetParam(), send_recv, "p2p")); }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmBackendP, ::testing::Values(1, 2, 3, 4));

@@ -100,7 +100,8 @@ class ShmBackend final : public Backend {
   // True if every rank's data of the collective begun last lies at the same nonzero
   // place of shared memory (so the peers' data can be used where it is).
   bool all_shared_at(uint64_t code) const;
-  // True if the last large allreduce used the peers' shared memory directly.
+  // True if the last large allreduce or reduce_scatter used the peers' shared memory
+  // directly.
   bool last_zero_copy() const { return last_zero_copy_; }
   // The small slot of `rank` for the collective begun last.
   const char* small_slot(int rank) const { return seg_.small(rank, (collectives_ - 1) % 2); }
