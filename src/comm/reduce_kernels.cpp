@@ -24,6 +24,7 @@
 #include <emmintrin.h>
 #endif
 #include <type_traits>
+#include <vector>
 
 namespace lockstep::comm {
 namespace {
@@ -264,6 +265,27 @@ void copy_streaming(void* dst, const void* src, int64_t bytes, bool fence) {
 void reduce_inplace(void* dst, const void* src, int64_t n, at::ScalarType t, ReduceOp op) {
   const void* srcs[2] = {dst, src};
   reduce_many(dst, srcs, 2, n, t, op);
+}
+
+void reduce_to(const std::vector<const char*>& srcs, const std::vector<char*>& dsts, int64_t n,
+               int64_t es, at::ScalarType dt, ReduceOp op, int64_t divisor, unsigned streamed) {
+  constexpr int64_t kBlockBytes = 16 << 10;
+  alignas(64) static thread_local char scratch[kBlockBytes];
+  const int64_t block = kBlockBytes / es;
+  std::vector<const void*> s(srcs.size());
+  for (int64_t off = 0; off < n; off += block) {
+    const int64_t m = std::min(block, n - off);
+    for (size_t r = 0; r < srcs.size(); ++r) s[r] = srcs[r] + off * es;
+    reduce_many(scratch, s.data(), static_cast<int>(s.size()), m, dt, op);
+    if (divisor > 0) divide_inplace(scratch, m, dt, divisor);
+    for (size_t d = 0; d < dsts.size(); ++d) {
+      if (d < 32 && (streamed >> d & 1u))
+        copy_streaming(dsts[d] + off * es, scratch, m * es, false);  // fenced below
+      else
+        std::memcpy(dsts[d] + off * es, scratch, m * es);
+    }
+  }
+  if (streamed != 0) store_fence();  // before a peer may read them (the post after this)
 }
 
 }  // namespace lockstep::comm

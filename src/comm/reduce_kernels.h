@@ -1,11 +1,12 @@
-// Internal: elementwise reductions over raw buffers, for every supported dtype, and
-// the shm allreduce's streaming copy.
+// Internal: elementwise reductions over raw buffers, for every supported dtype, the
+// block-wise reduction of the shm collectives, and the shm allreduce's streaming copy.
 // Used by the shm backend and by the MPI backend's user-defined ops (16-bit floats).
 #pragma once
 
 #include <lockstep/comm/types.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace lockstep::comm {
 
@@ -31,5 +32,14 @@ void store_fence();
 
 // d[i] /= divisor for i < n (floating-point dtypes: the Avg of a Sum; as Tensor::div_).
 void divide_inplace(void* d, int64_t n, at::ScalarType t, int64_t divisor);
+
+// Reduces n elements of `srcs` (in list order: the same bits on every rank) and copies
+// the result to every one of `dsts`, block by block through an L1 scratch block, so the
+// division (`divisor` > 0: Avg) and the copies work in cache: one pass over memory per
+// source and destination, and a destination may overlap a source. Destination d gets
+// non-temporal stores if bit d of `streamed` is set (the shm allreduce's Streaming path's
+// staging slot; a large tensor's output).
+void reduce_to(const std::vector<const char*>& srcs, const std::vector<char*>& dsts, int64_t n,
+               int64_t es, at::ScalarType dt, ReduceOp op, int64_t divisor, unsigned streamed);
 
 }  // namespace lockstep::comm

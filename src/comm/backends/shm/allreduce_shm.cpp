@@ -106,32 +106,6 @@ Parts split(int64_t m, int P, int64_t elem) {
   return Parts{(per + align - 1) / align * align, m};
 }
 
-// Reduces n elements of `srcs` (in list order: the same bits on every rank) and copies
-// the result to every one of `dsts`, block by block through an L1 scratch block, so the
-// division (`divisor` > 0: Avg) and the copies work in cache: one pass over memory per
-// source and destination. Destination d gets non-temporal stores if bit d of `streamed`
-// is set (the Streaming path's staging slot; a large tensor's output).
-void reduce_to(const std::vector<const char*>& srcs, const std::vector<char*>& dsts, int64_t n,
-               int64_t es, at::ScalarType dt, ReduceOp op, int64_t divisor, unsigned streamed) {
-  constexpr int64_t kBlockBytes = 16 << 10;
-  alignas(64) static thread_local char scratch[kBlockBytes];
-  const int64_t block = kBlockBytes / es;
-  std::vector<const void*> s(srcs.size());
-  for (int64_t off = 0; off < n; off += block) {
-    const int64_t m = std::min(block, n - off);
-    for (size_t r = 0; r < srcs.size(); ++r) s[r] = srcs[r] + off * es;
-    reduce_many(scratch, s.data(), static_cast<int>(s.size()), m, dt, op);
-    if (divisor > 0) divide_inplace(scratch, m, dt, divisor);
-    for (size_t d = 0; d < dsts.size(); ++d) {
-      if (d < 32 && (streamed >> d & 1u))
-        copy_streaming(dsts[d] + off * es, scratch, m * es, false);  // fenced below
-      else
-        std::memcpy(dsts[d] + off * es, scratch, m * es);
-    }
-  }
-  if (streamed != 0) store_fence();  // before a peer may read them (the post after this)
-}
-
 }  // namespace
 
 void ShmBackend::allreduce(at::Tensor& t, ReduceOp op, const OpContext& ctx) {

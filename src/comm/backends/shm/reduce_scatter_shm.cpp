@@ -25,31 +25,6 @@
 #include <cstring>
 
 namespace lockstep::comm::shm {
-namespace {
-
-// dst <- op over the P sources, n elements; through an L1 block when dst overlaps a
-// source (reduce_many may write dst before it has read every source).
-void reduce_slice(char* dst, const std::vector<const void*>& srcs, int64_t n, int64_t es,
-                  at::ScalarType dt, ReduceOp op, bool aliased) {
-  const int P = static_cast<int>(srcs.size());
-  if (!aliased) {
-    reduce_many(dst, srcs.data(), P, n, dt, op);
-    return;
-  }
-  constexpr int64_t kBlockBytes = 16 << 10;
-  alignas(64) static thread_local char scratch[kBlockBytes];
-  const int64_t block = kBlockBytes / es;
-  std::vector<const void*> s(srcs.size());
-  for (int64_t off = 0; off < n; off += block) {
-    const int64_t m = std::min(block, n - off);
-    for (int r = 0; r < P; ++r) s[r] = static_cast<const char*>(srcs[r]) + off * es;
-    reduce_many(scratch, s.data(), P, m, dt, op);
-    std::memcpy(dst + off * es, scratch, m * es);
-  }
-}
-
-}  // namespace
-
 void ShmBackend::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp op,
                                 const OpContext& ctx) {
   const int64_t n = out.numel();
@@ -67,19 +42,20 @@ void ShmBackend::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp 
     return;
   }
   const int P = size_, me = rank_;
-  // out may alias our slice of in (in-place use); then reduce via a scratch block (zero
-  // copy) or our unused staging region.
+  // out may alias our slice of in (in-place use); then the staged path reduces via our
+  // unused staging region (reduce_to, zero copy, is safe with it).
   const char* my_in = src + me * n * es;
   const bool aliased = dst < my_in + n * es && my_in < dst + n * es;
-  std::vector<const void*> srcs(P);
   last_zero_copy_ = all_shared_at(place.code());
   if (last_zero_copy_) {  // our slice of every rank's input, where it lies
-    for (int r = 0; r < P; ++r) srcs[r] = place.region->base[r] + place.offset + me * n * es;
-    reduce_slice(dst, srcs, n, es, in.scalar_type(), op, aliased);
+    std::vector<const char*> from(P);
+    for (int r = 0; r < P; ++r) from[r] = place.region->base[r] + place.offset + me * n * es;
+    reduce_to(from, {dst}, n, es, in.scalar_type(), op, 0, 0);
     post();
     wait_all(w, step());
     return;
   }
+  std::vector<const void*> srcs(P);
   const int64_t m = region_elems(es);
   const uint64_t base = step();
   int64_t c = 0;
