@@ -384,8 +384,8 @@ TEST_P(ShmBackendP, SharedMemoryReduceScatter) {
         CHILD_CHECK(buf.defined());
         for (int64_t shift : {int64_t{0}, int64_t{7}}) {
           for (bool in_place : {false, true}) {
-            const std::string where = lockstep::detail::concat("shift=", shift,
-                                                               " in_place=", in_place, " P=", P);
+            const std::string where =
+                lockstep::detail::concat("shift=", shift, " in_place=", in_place, " P=", P);
             g.be->barrier(g.ctx(OpKind::Barrier));  // no peer still reads buf
             at::Tensor in = buf.narrow(0, pad + (g.rank == 0 ? shift : 0), P * n);
             in.copy_(pattern(P * n) * (g.rank + 1));

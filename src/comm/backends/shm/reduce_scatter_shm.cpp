@@ -34,8 +34,8 @@ void ShmBackend::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp 
   const uint64_t in_bytes = static_cast<uint64_t>(in.numel() * es);
   const SharedPlace place =
       size_ > 1 && n > 0 ? regions_.locate(rank_, src, in_bytes) : SharedPlace{};
-  Waiter w = begin(OpKind::ReduceScatter, n, in.scalar_type(), op, -1, ctx, nullptr, 0, 0,
-                   place.code());
+  Waiter w =
+      begin(OpKind::ReduceScatter, n, in.scalar_type(), op, -1, ctx, nullptr, 0, 0, place.code());
   if (n == 0) return;
   if (size_ == 1) {
     if (dst != src) std::memcpy(dst, src, n * es);
