@@ -185,8 +185,8 @@ void check_device_exchange_algorithm(lockstep::ProcessGroup& g) {
     at::Tensor t = at::from_blob(const_cast<float*>(mine.data()), {n}).to(dt);
     ex.issue(g, t, /*step=*/5)->wait();
     tally::check("device exchange: no NaN reported", ex.finish(/*average=*/true) == -1);
-    std::vector<std::vector<float>> all;
-    for (int r = 0; r < P; ++r) all.push_back(rounded_input(r, n, dt));
+    std::vector<std::vector<float>> all(static_cast<size_t>(P));
+    for (int r = 0; r < P; ++r) all[size_t(r)] = rounded_input(r, n, dt);
     const at::Tensor got = t.to(at::kFloat);
     const float* y = got.data_ptr<float>();
     double plain = 0, excess = 0;
