@@ -42,15 +42,20 @@ void ShmBackend::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp 
     return;
   }
   const int P = size_, me = rank_;
-  // out may alias our slice of in (in-place use); then the staged path reduces via our
-  // unused staging region (reduce_to, zero copy, is safe with it).
+  // out may alias our slice of in (in-place use); then reduce via an L1 block (zero copy)
+  // or our unused staging region.
   const char* my_in = src + me * n * es;
   const bool aliased = dst < my_in + n * es && my_in < dst + n * es;
   last_zero_copy_ = all_shared_at(place.code());
   if (last_zero_copy_) {  // our slice of every rank's input, where it lies
     std::vector<const char*> from(P);
     for (int r = 0; r < P; ++r) from[r] = place.region->base[r] + place.offset + me * n * es;
-    reduce_to(from, {dst}, n, es, in.scalar_type(), op, 0, 0);
+    if (aliased) {  // dst is our own slice of `in`: through reduce_to's L1 block
+      reduce_to(from, {dst}, n, es, in.scalar_type(), op, 0, 0);
+    } else {
+      const std::vector<const void*> srcs(from.begin(), from.end());
+      reduce_many(dst, srcs.data(), P, n, in.scalar_type(), op);
+    }
     post();
     wait_all(w, step());
     return;
