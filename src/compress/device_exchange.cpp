@@ -10,31 +10,9 @@
 namespace lockstep::compress {
 
 namespace {
+
 constexpr uint32_t kPhaseDevice = 3;  // the rounding stream of the device exchange's encode
 int64_t aligned16(int64_t b) { return (b + 15) / 16 * 16; }
-}  // namespace
-
-bool DeviceExchange::available() {
-#if LOCKSTEP_HAVE_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
-
-DeviceExchange::DeviceExchange(const std::vector<LayerSpan>& layers,
-                               const std::vector<bool>& compressed, const QsgdOptions& options)
-    : options_(options) {
-  for (size_t i = 0; i < layers.size(); ++i) {
-    if (layers[i].numel == 0) continue;
-    Segment s{int(i), layers[i].offset, layers[i].numel, total_, 0, compressed[i]};
-    s.bytes = s.compressed ? encoded_bytes(s.numel, options_.codec()) : 0;  // plain: per dtype
-    segments_.push_back(s);
-    total_ = aligned16(total_ + s.bytes);
-  }
-}
-
-namespace {
 
 // The codec of `t`'s device: the CUDA kernels on the current stream, or the CPU codec (the
 // same bytes; how the algorithm is tested without a GPU).
@@ -67,6 +45,22 @@ void decode_add_on(const at::Tensor& acc, const uint8_t* in, int64_t n, const Co
 
 }  // namespace
 
+bool DeviceExchange::available() {
+#if LOCKSTEP_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+DeviceExchange::DeviceExchange(const std::vector<LayerSpan>& layers,
+                               const std::vector<bool>& compressed, const QsgdOptions& options)
+    : options_(options) {
+  for (size_t i = 0; i < layers.size(); ++i)  // where in S: laid out by issue(), per dtype
+    if (layers[i].numel > 0)
+      segments_.push_back({int(i), layers[i].offset, layers[i].numel, 0, 0, compressed[i]});
+}
+
 comm::WorkPtr DeviceExchange::issue(comm::ProcessGroup& group, const at::Tensor& flat,
                                     uint64_t step) {
   const int64_t es = flat.element_size();
@@ -75,7 +69,7 @@ comm::WorkPtr DeviceExchange::issue(comm::ProcessGroup& group, const at::Tensor&
     total_ = 0;
     for (auto& s : segments_) {
       s.at = total_;
-      if (!s.compressed) s.bytes = s.numel * es;
+      s.bytes = s.compressed ? encoded_bytes(s.numel, options_.codec()) : s.numel * es;
       total_ = aligned16(total_ + s.bytes);
     }
     world_ = group.size();
