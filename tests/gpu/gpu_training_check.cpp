@@ -213,10 +213,29 @@ std::unique_ptr<torch::optim::Optimizer> make_opt(const Case& c, std::vector<at:
                                              torch::optim::SGDOptions(0.1).momentum(0.9));
 }
 
+// `steps` steps of `parallel` on this rank's slice of a batch of 8 samples a rank, and of
+// `ref` (one process) on the whole batch, the same on every rank (seeds seed, seed + 1, ...).
+template <class Parallel, class Ref>
+void train_beside_reference(Parallel& parallel, Ref& ref, torch::optim::Optimizer& opt,
+                            torch::optim::Optimizer& ref_opt, const at::TensorOptions& o,
+                            lockstep::ProcessGroup& pg, int steps, uint64_t seed) {
+  const int P = pg.size(), r = pg.rank();
+  const int64_t B = 8;
+  for (int s = 0; s < steps; ++s) {
+    torch::manual_seed(seed + uint64_t(s));
+    auto x = torch::randn({P * B, 16}, o), y = torch::randn({P * B, 4}, o);
+    torch::mse_loss(parallel(x.narrow(0, r * B, B)), y.narrow(0, r * B, B)).backward();
+    torch::mse_loss(ref.forward(x), y).backward();
+    opt.step();
+    ref_opt.step();
+    opt.zero_grad();
+    ref_opt.zero_grad();
+  }
+}
+
 void run_ddp(const std::shared_ptr<lockstep::ProcessGroup>& pg, const at::Device dev,
              const Case& c) {
   const int P = pg->size(), r = pg->rank();
-  const int64_t B = 8;
   torch::manual_seed(1000 + r);  // different weights: DDP's broadcast must fix that
   auto model = std::make_shared<Mlp>();
   model->to(dev, c.dtype);
@@ -227,17 +246,8 @@ void run_ddp(const std::shared_ptr<lockstep::ProcessGroup>& pg, const at::Device
   ref->to(dev, c.dtype);
   auto opt = make_opt(c, ddp.parameters());
   auto ref_opt = make_opt(c, ref->parameters());
-  const auto o = at::TensorOptions().dtype(c.dtype).device(dev);
-  for (int s = 0; s < c.steps; ++s) {
-    torch::manual_seed(77 + s);  // the whole batch, the same on every rank
-    auto x = torch::randn({P * B, 16}, o), y = torch::randn({P * B, 4}, o);
-    torch::mse_loss(ddp(x.narrow(0, r * B, B)), y.narrow(0, r * B, B)).backward();
-    torch::mse_loss(ref->forward(x), y).backward();
-    opt->step();
-    ref_opt->step();
-    opt->zero_grad();
-    ref_opt->zero_grad();
-  }
+  train_beside_reference(ddp, *ref, *opt, *ref_opt, at::TensorOptions().dtype(c.dtype).device(dev),
+                         *pg, c.steps, 77);
   const std::string tag = c.name + " P=" + std::to_string(P) + " " + pg->backend_name();
   check(tag + " buckets on " + dev.str(), ddp.reducer().buckets().front().buffer.device() == dev);
   report(tag + " params", max_diff(model->parameters(), ref->parameters()), c.tol);
@@ -260,7 +270,6 @@ void run_fsdp(const std::shared_ptr<lockstep::ProcessGroup>& pg, const at::Devic
               lockstep::fsdp::ShardingStrategy strategy, at::ScalarType dtype, bool adamw,
               double tol) {
   const int P = pg->size(), r = pg->rank();
-  const int64_t B = 8;
   torch::manual_seed(21 + r);
   auto model = std::make_shared<SeqNet>(true);
   model->to(dev, dtype);
@@ -274,17 +283,8 @@ void run_fsdp(const std::shared_ptr<lockstep::ProcessGroup>& pg, const at::Devic
   c.adamw = adamw;
   auto opt = make_opt(c, f.parameters());
   auto ref_opt = make_opt(c, ref->parameters());
-  const auto to = at::TensorOptions().dtype(dtype).device(dev);
-  for (int s = 0; s < 10; ++s) {
-    torch::manual_seed(300 + s);
-    auto x = torch::randn({P * B, 16}, to), y = torch::randn({P * B, 4}, to);
-    torch::mse_loss(f(x.narrow(0, r * B, B)), y.narrow(0, r * B, B)).backward();
-    torch::mse_loss(ref->forward(x), y).backward();
-    opt->step();
-    ref_opt->step();
-    opt->zero_grad();
-    ref_opt->zero_grad();
-  }
+  train_beside_reference(f, *ref, *opt, *ref_opt, at::TensorOptions().dtype(dtype).device(dev), *pg,
+                         10, 300);
   const std::string tag = tally::format(
       "fsdp %s %s %s P=%d %s", lockstep::fsdp::strategy_name(strategy),
       dtype == at::kDouble ? "f64" : "f32", adamw ? "adamw" : "sgd", P, pg->backend_name().c_str());
