@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace lockstep::train {
@@ -21,9 +22,15 @@ std::string read_file(const std::string& path);
 // and fsyncs the directory. Destroyed without commit() (an exception, a crash), `path` is
 // untouched and `path.tmp` is removed. Not thread-safe; one writer per file. Errors are
 // lockstep::Error naming the file and the system's reason.
+//
+// `direct`: write through O_DIRECT from an aligned bounce buffer (the tail padded, then
+// truncated to the size appended), for large files written once (checkpoints): the bytes go
+// to the disk without a copy into the page cache, whose fresh pages cost far more CPU than
+// the copy into the buffer (docs/checkpoints.md, "Cost"). Where the file system refuses
+// O_DIRECT (tmpfs, some network and FUSE file systems) the file is written buffered.
 class AtomicFileWriter {
  public:
-  explicit AtomicFileWriter(std::string path);
+  explicit AtomicFileWriter(std::string path, bool direct = false);
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
@@ -35,10 +42,17 @@ class AtomicFileWriter {
 
  private:
   void flush();
+  void append_direct(const char* p, size_t n);
+  void flush_direct(bool last);
   void write_all(const char* p, size_t n);
   std::string path_, tmp_;
   int fd_ = -1;
-  std::string buf_;  // small pieces (archive headers) gathered into large writes
+  std::string buf_;  // buffered: small pieces (archive headers) gathered into large writes
+  struct FreeAligned {
+    void operator()(char* p) const;
+  };
+  std::unique_ptr<char[], FreeAligned> direct_buf_;  // direct: the aligned bounce buffer
+  size_t direct_used_ = 0;
   uint32_t crc_ = 0;
   int64_t bytes_ = 0;
 };

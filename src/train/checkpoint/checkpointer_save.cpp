@@ -161,7 +161,7 @@ void Checkpointer::write_files(int64_t step, const std::vector<PendingFile>& fil
     throw Error(tmp + ": cannot create the checkpoint directory: " + ec.message());
   std::string manifest;
   for (size_t i = 0; i < files.size(); ++i) {
-    AtomicFileWriter w(tmp + "/" + files[i].name);
+    AtomicFileWriter w(tmp + "/" + files[i].name, /*direct=*/true);
     files[i].write(w);
     w.commit();
     manifest += CheckpointStore::manifest_line(files[i].name, w.crc32(), w.bytes());
