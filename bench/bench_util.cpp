@@ -62,6 +62,14 @@ std::vector<double> time_runs(const std::function<void()>& fn, comm::ProcessGrou
   return times;
 }
 
+double max_over_ranks(comm::ProcessGroup& group, double v, comm::ReduceOp op) {
+  auto t = at::full({1}, v, at::kDouble);
+  comm::AllreduceOptions o;
+  o.op = op;
+  group.allreduce(t, o)->wait();
+  return t.item<double>();
+}
+
 int64_t decided_by_rank0(comm::ProcessGroup& group, int64_t v) {
   auto t = at::full({1}, v, at::kLong);
   group.broadcast(t)->wait();  // root 0

@@ -133,14 +133,6 @@ Measured train(Par& par, torch::optim::AdamW& opt, ProcessGroup& g, const FsdpAr
   return m;
 }
 
-double max_over_ranks(ProcessGroup& g, double v, comm::ReduceOp op = comm::ReduceOp::Max) {
-  auto t = at::full({1}, v, at::kDouble);
-  comm::AllreduceOptions o;
-  o.op = op;
-  g.allreduce(t, o)->wait();
-  return t.item<double>();
-}
-
 // The sum of all parameters of the model: `replicated` tensors are the same on every rank
 // (checked), sharded ones are summed over ranks.
 double param_sum(ProcessGroup& g, const std::vector<at::Tensor>& ts, bool sharded, bool& same) {

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 
 using namespace lockstep::train;
@@ -263,12 +264,14 @@ struct Rig {
                                 torch::nn::ReLU(), torch::nn::Linear(16, 4));
     opt = make_optimizer(cfg.optim, net->parameters());
   }
-  // One optimizer step on inputs that depend on the step only.
-  void train(int64_t step) {
+  // One optimizer step on inputs that depend on the step only; `before_update` runs
+  // between backward and the update (the trainer's Checkpointer::before_update).
+  void train(int64_t step, const std::function<void()>& before_update = {}) {
     torch::manual_seed(uint64_t(100 + step));
     const auto x = torch::randn({6, 8});
     opt->zero_grad();
     net->forward(x).pow(2).mean().backward();
+    if (before_update) before_update();
     opt->step();
   }
   std::unique_ptr<Checkpointer> checkpointer() {
@@ -322,6 +325,33 @@ TEST_P(AsyncCheckpointTest, FilesEqualTheSynchronousSave) {
     std::cout << "  " << f << ": " << x.size() << " bytes, identical: " << (x == y) << "\n";
   }
   EXPECT_EQ(read_file(dir_ + "/async/LATEST"), "step-00000003\n");
+}
+
+// The staging copy beside the next step (set_copy_beside_step, as the trainer runs it):
+// the next step's forward changes BatchNorm's running statistics and its update changes
+// everything else, and the files still equal the synchronous save's of the state at save().
+TEST_P(AsyncCheckpointTest, CopyBesideTheNextStepSavesTheStateAtSave) {
+  Rig rig(dir_ + "/sync", "sync", GetParam());
+  for (int64_t s = 1; s <= 3; ++s) rig.train(s);
+  rig.checkpointer()->save(3, 0.5);
+  rig.cfg.checkpoint.dir = dir_ + "/async";
+  rig.cfg.checkpoint.mode = "async";
+  rig.cfg.checkpoint.keep = 3;
+  // The copy and the writer start 100 ms late: after the next step's forward.
+  setenv(kTestCheckpointPauseMs, "100", 1);
+  {
+    auto ck = rig.checkpointer();
+    ck->set_copy_beside_step(true);
+    ck->save(3, 0.5);
+    rig.train(4, [&] { ck->before_update(); });
+    ck->finish();
+  }
+  unsetenv(kTestCheckpointPauseMs);
+  const std::string a = dir_ + "/sync/step-00000003", b = dir_ + "/async/step-00000003";
+  ASSERT_EQ(files_of(a), files_of(b));
+  for (const auto& f : files_of(a))
+    EXPECT_TRUE(read_file(a + "/" + f) == read_file(b + "/" + f))
+        << f << " differs: the step after the save leaked into it";
 }
 
 // The second save copies into the buffers the first allocated (same addresses, same bytes).

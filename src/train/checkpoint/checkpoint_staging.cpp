@@ -28,11 +28,16 @@ void* bytes_of(const at::Storage& s) {
 
 }  // namespace
 
-void HostStaging::begin() {
+void HostStaging::begin(bool defer) {
+  defer_ = defer;
   for (auto& [impl, slot] : slots_) slot.used = false;
 }
 
-at::Tensor HostStaging::stage(const at::Tensor& live) {
+at::Tensor HostStaging::stage(const at::Tensor& live) { return stage(live, !defer_); }
+
+at::Tensor HostStaging::stage_now(const at::Tensor& live) { return stage(live, true); }
+
+at::Tensor HostStaging::stage(const at::Tensor& live, bool now) {
   if (!live.defined()) return live;
   if (!live.device().is_cpu() || live.layout() != c10::kStrided || live.is_quantized())
     throw Error(lockstep::detail::concat(
@@ -44,7 +49,12 @@ at::Tensor HostStaging::stage(const at::Tensor& live) {
   if (!slot.copy || int64_t(slot.copy.nbytes()) != n)
     slot.copy = at::Storage(at::Storage::use_byte_size_t(), size_t(n), c10::GetCPUAllocator(),
                             /*resizable=*/false);
-  if (!slot.used && n > 0) copy_bytes(bytes_of(slot.copy), src.data(), n);
+  if (now && (!slot.used || slot.pending) && n > 0) {
+    copy_bytes(bytes_of(slot.copy), src.data(), n);
+    slot.pending = at::Storage();
+  } else if (!now && !slot.used) {
+    slot.pending = src;
+  }
   slot.used = true;
   at::Tensor t = at::empty({0}, live.options().requires_grad(false));
   t.set_(slot.copy, live.storage_offset(), live.sizes(), live.strides());
@@ -55,6 +65,15 @@ at::Tensor HostStaging::stage(const at::Tensor& live) {
 void HostStaging::end() {
   for (auto it = slots_.begin(); it != slots_.end();)
     it = it->second.used ? std::next(it) : slots_.erase(it);
+}
+
+void HostStaging::copy_pending() {
+  for (auto& [impl, slot] : slots_) {
+    if (!slot.pending) continue;
+    if (slot.pending.nbytes() > 0)
+      copy_bytes(bytes_of(slot.copy), slot.pending.data(), int64_t(slot.pending.nbytes()));
+    slot.pending = at::Storage();
+  }
 }
 
 int64_t HostStaging::bytes() const {
@@ -78,7 +97,7 @@ std::unique_ptr<ModuleSnapshot> snapshot_module(const torch::nn::Module& m, Host
   for (const auto& p : m.named_parameters(/*recurse=*/false))
     s->params.emplace_back(p.key(), staging.stage(p.value()));
   for (const auto& b : m.named_buffers(/*recurse=*/false))
-    s->buffers.emplace_back(b.key(), staging.stage(b.value()));
+    s->buffers.emplace_back(b.key(), staging.stage_now(b.value()));
   for (const auto& c : m.named_children())
     if (c.value()->is_serializable())
       s->children.emplace_back(c.key(), snapshot_module(*c.value(), staging));

@@ -28,18 +28,28 @@ namespace lockstep::train {
 // Reusable copies of tensors' storages. One per Checkpointer; used by the training
 // thread while it snapshots and read by the writer thread while it serializes (never both:
 // the next snapshot waits for the previous save). Not thread-safe.
+//
+// A deferred snapshot (begin(true)) records its copies instead of making them: the copy
+// thread runs copy_pending() while the step goes on, and the training thread waits for it
+// before it changes what was staged (the optimizer update: Checkpointer::before_update).
 class HostStaging {
  public:
-  // Starts a snapshot.
-  void begin();
+  // Starts a snapshot; `defer`: stage() records its copies for copy_pending().
+  void begin(bool defer = false);
   // A tensor like `live` (sizes, strides, storage offset, dtype, requires_grad) over the
-  // staged copy of its whole storage, copied now. The copy is allocated on the first
-  // snapshot that sees this storage and reused by the later ones; tensors that share a
-  // storage share its copy (torch's serializer writes a shared storage once). An undefined
-  // tensor stays undefined. Throws Error for a tensor that is not a dense CPU tensor.
+  // staged copy of its whole storage, copied now or, in a deferred snapshot, by
+  // copy_pending(). The copy is allocated on the first snapshot that sees this storage and
+  // reused by the later ones; tensors that share a storage share its copy (torch's
+  // serializer writes a shared storage once). An undefined tensor stays undefined. Throws
+  // Error for a tensor that is not a dense CPU tensor.
   at::Tensor stage(const at::Tensor& live);
+  // stage(), copied now in a deferred snapshot too: what the step changes before its
+  // optimizer update (a module's buffers: BatchNorm's running statistics, DDP's broadcast).
+  at::Tensor stage_now(const at::Tensor& live);
   // Ends a snapshot: copies of storages it did not stage are released.
   void end();
+  // The deferred snapshot's copies (on the copy thread); then nothing is pending.
+  void copy_pending();
   // Bytes held, and the buffers' addresses (tests check that saves reuse them).
   int64_t bytes() const;
   std::vector<const void*> buffers() const;
@@ -47,9 +57,12 @@ class HostStaging {
  private:
   struct Slot {
     at::Storage copy;
+    at::Storage pending;  // the live storage still to copy (deferred snapshots)
     bool used = false;
   };
+  at::Tensor stage(const at::Tensor& live, bool now);
   std::unordered_map<const c10::StorageImpl*, Slot> slots_;
+  bool defer_ = false;
 };
 
 // The module's parameters and buffers, staged, as Module::save writes them: own parameters,

@@ -19,7 +19,7 @@ namespace lockstep::train {
 //     checkpoint not yet committed), commit-rename (meta.json written, before the
 //     directory's rename), commit-latest (renamed, before LATEST is replaced).
 //   LOCKSTEP_TEST_CHECKPOINT_PAUSE_MS=N (read when the writer is built): every background
-//     job sleeps N ms before it starts.
+//     job sleeps N ms before it starts, and so does a staging copy beside the step.
 inline constexpr const char* kTestCheckpointKill = "LOCKSTEP_TEST_CHECKPOINT_KILL";
 inline constexpr const char* kTestCheckpointPauseMs = "LOCKSTEP_TEST_CHECKPOINT_PAUSE_MS";
 // The kill hook: returns when `point` of `step` on `rank` is not the one the variable names.
@@ -42,6 +42,7 @@ class CheckpointWriter {
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
   bool background() const { return background_; }
+  int test_pause_ms() const { return pause_ms_; }
   // Starts `job`. Requires state() != kBusy (the caller waits first: one job in flight).
   // Inline mode: runs it now; its exception sets kFailed (as in the background).
   void run(Job job);

@@ -31,6 +31,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -88,9 +89,19 @@ class Checkpointer {
   }
   // The staging buffers (tests check that saves reuse them; the benchmark reports bytes).
   const HostStaging& staging() const { return staging_; }
-  // Seconds the last save() spent taking its snapshot (async: the staging copy), for the
+  // The owner calls before_update() before every optimizer update: an async save's staging
+  // copy then runs on a thread of its own beside the next forward and backward (which read
+  // the parameters and the optimizer's state but do not change them), instead of in save().
+  // Not under DiLoCo (its outer step changes the parameters outside the update).
+  void set_copy_beside_step(bool on) { copy_beside_step_ = on; }
+  // Before the optimizer update that follows a save (set_copy_beside_step): waits for the
+  // save's staging copy if it still runs. Not collective.
+  void before_update();
+  // Seconds the last save() spent taking its snapshot (async: the staging copy, unless it
+  // runs beside the step) and the last before_update() waited for the copy: the
   // benchmark's breakdown of the time the step is blocked.
   double last_snapshot_s() const { return last_snapshot_s_; }
+  double last_copy_wait_s() const { return last_copy_wait_s_; }
   // The loss scaler whose scale and growth tracker go into meta.json and come back on
   // resume (precision.loss_scaling = "dynamic"); null: none.
   void set_scaler(numerics::GradScaler* scaler) { scaler_ = scaler; }
@@ -145,7 +156,9 @@ class Checkpointer {
   std::optional<InFlight> in_flight_;  // the same on every rank
   std::string manifest_;               // this rank's lines, set by the write job
   HostStaging staging_;
-  double last_snapshot_s_ = 0;
+  bool copy_beside_step_ = false;
+  std::shared_future<void> copy_;  // the staging copy running beside the step, if any
+  double last_snapshot_s_ = 0, last_copy_wait_s_ = 0;
   std::unique_ptr<FsdpShardLayout> fsdp_layout_;  // async FSDP: read once
   std::unique_ptr<CheckpointWriter> writer_;      // last: stopped first, before what it uses
 };

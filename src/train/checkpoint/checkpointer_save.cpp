@@ -21,8 +21,10 @@
 
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <iostream>
 #include <mutex>
+#include <thread>
 
 using json = nlohmann::json;
 
@@ -94,10 +96,11 @@ std::vector<Checkpointer::PendingFile> Checkpointer::live_files() {
   return files;
 }
 
-// Async: copies into the staging buffers now; the writer reads only the copies.
+// Async: copies into the staging buffers now, or records the copies for the copy thread
+// (set_copy_beside_step); the writer reads only the copies.
 std::vector<Checkpointer::PendingFile> Checkpointer::staged_files() {
   std::vector<PendingFile> files;
-  staging_.begin();
+  staging_.begin(copy_beside_step_ && !diloco_);
   if (diloco_) {
     files = replica_files(true);
   } else if (fsdp_ && writes_fsdp_shard()) {
@@ -182,9 +185,26 @@ void Checkpointer::save(int64_t step, double last_loss) {
                      save_archive(w, [&rng](OutputArchive& ar) { ar.write("0", rng); });
                    }});
   manifest_.clear();
-  writer_->run([this, step, files = std::move(files)] { write_files(step, files); });
+  copy_ = {};
+  if (async() && copy_beside_step_ && !diloco_)
+    copy_ = std::async(std::launch::async, [this, pause = writer_->test_pause_ms()] {
+              if (pause > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause));
+              staging_.copy_pending();
+            }).share();
+  writer_->run([this, step, copy = copy_, files = std::move(files)] {
+    if (copy.valid()) copy.get();  // a failed copy fails this save, on every rank (agree_ok)
+    write_files(step, files);
+  });
   in_flight_ = InFlight{step, meta, false};
   if (!async()) settle();
+}
+
+void Checkpointer::before_update() {
+  if (!copy_.valid()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  copy_.wait();  // its error, if any, is the writer's to report
+  copy_ = {};
+  last_copy_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void Checkpointer::after_step(int64_t step, double last_loss) {

@@ -207,6 +207,7 @@ double StepRunner::accumulate(BatchStream& batches, int64_t accum, double weight
 }
 
 bool StepRunner::apply_step(double loss_sum, int64_t step_number) {
+  if (before_update_) before_update_();
   const bool go = finite_or_skip(loss_sum, step_number);
   if (go) clip_gradients();  // on unscaled gradients
   if (scaler_) {

@@ -92,6 +92,9 @@ class StepRunner {
   double accumulate(BatchStream& batches, int64_t accum, double weight);
   bool apply_step(double loss_sum, int64_t step_number);
   const CommStats& comm_stats() const { return stats_; }
+  // Called by apply_step before anything changes the parameters or the optimizer's state
+  // (the trainer: Checkpointer::before_update, which waits for a save's staging copy).
+  void set_before_update(std::function<void()> fn) { before_update_ = std::move(fn); }
   // The loss scaler (precision.loss_scaling = "dynamic"), else null.
   numerics::GradScaler* scaler() { return scaler_.get(); }
 
@@ -113,6 +116,7 @@ class StepRunner {
   std::optional<numerics::AutocastOptions> autocast_;
   std::unique_ptr<numerics::GradScaler> scaler_;
   CommStats stats_;
+  std::function<void()> before_update_;
 };
 
 }  // namespace lockstep::train

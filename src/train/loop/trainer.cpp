@@ -247,6 +247,8 @@ int Trainer::Impl::run() {
   Checkpointer checkpointer(cfg, ctx, plan, model, runner.optimizer(), runner.fsdp());
   checkpointer.set_scaler(runner.scaler());
   checkpointer.set_diloco(runner.diloco());
+  checkpointer.set_copy_beside_step(true);  // the staging copy beside the next step
+  runner.set_before_update([&checkpointer] { checkpointer.before_update(); });
   const int64_t start_step = resume_requested() ? checkpointer.resume() : 0;
   runner.wrap_ddp(start_step);  // after loading: DDP broadcasts rank 0's (identical) parameters
   StepLog log(cfg, ctx, plan, start_step);
