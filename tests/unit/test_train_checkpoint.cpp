@@ -3,6 +3,7 @@
 // truncated file, legacy checkpoints without checksums, the order resume tries
 // checkpoints in, rotation, and the restart count the launcher exports.
 #include "train/checkpoint/checkpointer.h"
+#include "train/checkpoint/crc32.h"
 #include "train/loop/precision_support.h"
 
 #include <lockstep/env_contract.h>
@@ -12,6 +13,7 @@
 #include <lockstep/train/checkpoint_store.h>
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <unistd.h>
 #include <algorithm>
@@ -173,6 +175,31 @@ TEST_F(CheckpointTest, RotationKeepsTheOneJustSaved) {
 }
 
 TEST(CheckpointCrc, KnownVector) { EXPECT_EQ(checkpoint_crc32("123456789"), 0xCBF43926u); }
+
+// The folded CRC-32 equals zlib's for every length 0..4096 at every start offset mod 16,
+// continued from a nonzero CRC, and over 20 MiB.
+TEST(CheckpointCrc, FoldedEqualsZlib) {
+  std::string bytes(size_t(20) << 20, '\0');
+  uint64_t r = 88172645463325252ull;
+  for (auto& b : bytes) {
+    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+    b = char(r);
+  }
+  auto zlib = [](uint32_t c, const char* p, size_t n) {
+    return uint32_t(::crc32_z(c, reinterpret_cast<const Bytef*>(p), n));
+  };
+  int checked = 0;
+  for (size_t n = 0; n <= 4096; ++n)
+    for (size_t at : {size_t(0), size_t(3), size_t(16) + n % 16}) {
+      ASSERT_EQ(crc32_update(0, bytes.data() + at, n), zlib(0, bytes.data() + at, n))
+          << n << " bytes at offset " << at;
+      ASSERT_EQ(crc32_update(0x12345678u, bytes.data() + at, n), zlib(0x12345678u, bytes.data() + at, n))
+          << n << " bytes at offset " << at << ", continued";
+      ++checked;
+    }
+  EXPECT_EQ(crc32_update(0, bytes.data(), bytes.size()), zlib(0, bytes.data(), bytes.size()));
+  std::cout << "  " << checked << " lengths and offsets and 20 MiB equal zlib's crc32_z\n";
+}
 
 // AtomicFileWriter with O_DIRECT: sizes around the bounce buffer's 8 MiB and the 4 KiB
 // alignment, appended in uneven pieces, read back byte for byte with the exact size and

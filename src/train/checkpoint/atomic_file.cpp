@@ -2,9 +2,10 @@
 
 #include <lockstep/error.h>
 
+#include "train/checkpoint/crc32.h"
+
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -95,7 +96,7 @@ std::string read_file(const std::string& path) {
 void AtomicFileWriter::FreeAligned::operator()(char* p) const { give_back_bounce_buffer(p); }
 
 AtomicFileWriter::AtomicFileWriter(std::string path, bool direct)
-    : path_(std::move(path)), tmp_(path_ + ".tmp"), crc_(uint32_t(::crc32(0L, Z_NULL, 0))) {
+    : path_(std::move(path)), tmp_(path_ + ".tmp"), crc_(0) {
   fd_ = open_tmp(tmp_, &direct);
   if (fd_ < 0) throw Error(tmp_ + ": cannot create: " + std::strerror(errno));
   if (!direct) return;
@@ -110,7 +111,7 @@ AtomicFileWriter::~AtomicFileWriter() {
 
 void AtomicFileWriter::append(const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
-  crc_ = uint32_t(::crc32_z(crc_, reinterpret_cast<const Bytef*>(p), n));
+  crc_ = crc32_update(crc_, p, n);
   bytes_ += int64_t(n);
   if (direct_buf_) {
     append_direct(p, n);

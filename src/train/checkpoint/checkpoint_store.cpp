@@ -2,8 +2,9 @@
 
 #include <lockstep/train/atomic_file.h>
 
+#include "train/checkpoint/crc32.h"
+
 #include <torch/torch.h>
-#include <zlib.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -69,9 +70,7 @@ std::string trimmed(std::string s) {
 }  // namespace
 
 uint32_t checkpoint_crc32(const std::string& bytes) {
-  uLong c = ::crc32(0L, Z_NULL, 0);
-  c = ::crc32_z(c, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size());
-  return uint32_t(c);
+  return crc32_update(0, bytes.data(), bytes.size());
 }
 
 // ---------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 #include <lockstep/error.h>
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -12,11 +13,11 @@
 #include <sstream>
 
 namespace lockstep::train {
-namespace {
-
-constexpr int kWriterNice = 10;
-
-}  // namespace
+void run_on_idle_cycles() {
+  sched_param none{};
+  if (::sched_setscheduler(0, SCHED_IDLE, &none) == 0) return;
+  ::setpriority(PRIO_PROCESS, pid_t(::syscall(SYS_gettid)), 19);  // where SCHED_IDLE is refused
+}
 
 bool test_point_named(const char* specs, const char* point, int64_t step, int who) {
   if (!specs) return false;
@@ -89,10 +90,7 @@ void CheckpointWriter::run(Job job) {
 }
 
 void CheckpointWriter::loop() {
-  // Below the training threads (nice 0): the writer takes the cycles the step leaves, so
-  // the step time during a save stays close to its time without one (docs/checkpoints.md,
-  // "Cost"). Linux applies a thread's nice to that thread alone.
-  ::setpriority(PRIO_PROCESS, pid_t(::syscall(SYS_gettid)), kWriterNice);
+  run_on_idle_cycles();
   for (;;) {
     Job job;
     {

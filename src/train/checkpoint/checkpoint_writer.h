@@ -28,6 +28,13 @@ void checkpoint_test_point(const char* point, int64_t step, int rank);
 // for any; null or "" for none) names `point` of `step` on `who` (a rank, a replica).
 bool test_point_named(const char* specs, const char* point, int64_t step, int who);
 
+// Puts the calling thread on the cycles no other thread wants (Linux SCHED_IDLE, per
+// thread; nice 19 where it is refused): the checkpoint's writer and staging copy take what
+// the training step leaves, so the step runs at its speed while a save is written, and a
+// step that waits for them (the update after a save, the next save) lends them its core
+// (docs/checkpoints.md, "Cost").
+void run_on_idle_cycles();
+
 class CheckpointWriter {
  public:
   using Job = std::function<void()>;

@@ -127,6 +127,7 @@ class Checkpointer {
   bool writes_fsdp_shard() const;
   std::string fsdp_shard_file() const;
   std::vector<PendingFile> staged_files();
+  std::string ddp_file(const std::string& name, int writer) const;
   std::vector<PendingFile> full_files(const std::string& model, const std::string& optimizer,
                                       bool staged);
   std::vector<PendingFile> replica_files(bool staged);

@@ -90,8 +90,8 @@ std::vector<Checkpointer::PendingFile> Checkpointer::live_files() {
                        const std::string b = fsdp_->sharded_state(&optimizer_);
                        w.append(b.data(), b.size());
                      }});
-  } else if (ctx_.rank == 0) {
-    files = full_files("model.pt", "optimizer.pt", false);
+  } else {
+    files = full_files(ddp_file("model.pt", 0), ddp_file("optimizer.pt", 1), false);
   }
   return files;
 }
@@ -109,33 +109,47 @@ std::vector<Checkpointer::PendingFile> Checkpointer::staged_files() {
     files.push_back({fsdp_shard_file(), [s](AtomicFileWriter& w) {
                        save_archive(w, [&s](OutputArchive& ar) { s->write(ar); });
                      }});
-  } else if (ctx_.rank == 0) {
-    files = full_files("model.pt", "optimizer.pt", true);
+  } else if (!fsdp_) {
+    files = full_files(ddp_file("model.pt", 0), ddp_file("optimizer.pt", 1), true);
   }
   staging_.end();
   return files;
 }
 
-// The whole model and optimizer under `model` and `optimizer`: staged copies (async) or
-// the live objects, read by the writer while the step waits (sync).
+// DDP's replicas hold the same state: rank 0 writes model.pt and rank 1 optimizer.pt (the
+// larger: AdamW's two moments), so two ranks share the work. `name` when `writer` (modulo
+// the world size) is this rank, else "" (not this rank's file).
+std::string Checkpointer::ddp_file(const std::string& name, int writer) const {
+  return writer % ctx_.world == ctx_.rank ? name : std::string();
+}
+
+// The whole model under `model` and the optimizer under `optimizer` (either "": not
+// written here): staged copies (async) or the live objects, read by the writer while the
+// step waits (sync).
 std::vector<Checkpointer::PendingFile> Checkpointer::full_files(const std::string& model,
                                                                 const std::string& optimizer,
                                                                 bool staged) {
-  if (!staged)
-    return {{model,
-             [this](AtomicFileWriter& w) {
-               save_archive(w, [this](OutputArchive& ar) { model_->save(ar); });
-             }},
-            {optimizer, [this](AtomicFileWriter& w) {
-               save_archive(w, [this](OutputArchive& ar) { optimizer_.save(ar); });
-             }}};
-  std::shared_ptr<ModuleSnapshot> m = snapshot_module(*model_, staging_);
-  std::shared_ptr<OptimizerSnapshot> o = snapshot_optimizer(optimizer_, staging_);
-  return {
-      {model,
-       [m](AtomicFileWriter& w) { save_archive(w, [&m](OutputArchive& ar) { m->write(ar); }); }},
-      {optimizer,
-       [o](AtomicFileWriter& w) { save_archive(w, [&o](OutputArchive& ar) { o->write(ar); }); }}};
+  std::vector<PendingFile> files;
+  if (!model.empty()) {
+    std::shared_ptr<ModuleSnapshot> m = staged ? snapshot_module(*model_, staging_) : nullptr;
+    files.push_back({model, [this, m](AtomicFileWriter& w) {
+                       save_archive(w, [&](OutputArchive& ar) {
+                         if (m) m->write(ar);
+                         else model_->save(ar);
+                       });
+                     }});
+  }
+  if (!optimizer.empty()) {
+    std::shared_ptr<OptimizerSnapshot> o =
+        staged ? snapshot_optimizer(optimizer_, staging_) : nullptr;
+    files.push_back({optimizer, [this, o](AtomicFileWriter& w) {
+                       save_archive(w, [&](OutputArchive& ar) {
+                         if (o) o->write(ar);
+                         else optimizer_.save(ar);
+                       });
+                     }});
+  }
+  return files;
 }
 
 // DiLoCo: this rank's replica (model, inner optimizer) and the outer loop's state, staged
@@ -188,6 +202,7 @@ void Checkpointer::save(int64_t step, double last_loss) {
   copy_ = {};
   if (async() && copy_beside_step_ && !diloco_)
     copy_ = std::async(std::launch::async, [this, pause = writer_->test_pause_ms()] {
+              run_on_idle_cycles();
               if (pause > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause));
               staging_.copy_pending();
             }).share();
