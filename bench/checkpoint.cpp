@@ -64,7 +64,7 @@ std::vector<int64_t> mlp_sizes(int64_t count) {
 // Worker
 
 struct Trainee {
-  std::function<void()> step;  // one forward, backward and AdamW step
+  std::function<void()> step;           // one forward, backward and AdamW step
   std::function<void()> before_update;  // the async Checkpointer's, before the AdamW step
   fsdp::FSDPCore* fsdp = nullptr;
   std::unique_ptr<torch::optim::Optimizer> opt;

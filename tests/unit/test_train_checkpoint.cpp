@@ -193,7 +193,8 @@ TEST(CheckpointCrc, FoldedEqualsZlib) {
     for (size_t at : {size_t(0), size_t(3), size_t(16) + n % 16}) {
       ASSERT_EQ(crc32_update(0, bytes.data() + at, n), zlib(0, bytes.data() + at, n))
           << n << " bytes at offset " << at;
-      ASSERT_EQ(crc32_update(0x12345678u, bytes.data() + at, n), zlib(0x12345678u, bytes.data() + at, n))
+      ASSERT_EQ(crc32_update(0x12345678u, bytes.data() + at, n),
+                zlib(0x12345678u, bytes.data() + at, n))
           << n << " bytes at offset " << at << ", continued";
       ++checked;
     }
@@ -205,12 +206,14 @@ TEST(CheckpointCrc, FoldedEqualsZlib) {
 // alignment, appended in uneven pieces, read back byte for byte with the exact size and
 // CRC-32; on tmpfs (no O_DIRECT) the same through the buffered fallback.
 TEST_F(CheckpointTest, DirectWritesReadBackExactly) {
-  const std::vector<std::string> dirs = {dir_, "/dev/shm/lockstep_direct_" + std::to_string(::getpid())};
+  const std::vector<std::string> dirs = {dir_,
+                                         "/dev/shm/lockstep_direct_" + std::to_string(::getpid())};
   const int64_t mib = int64_t(1) << 20;
   for (const auto& dir : dirs) {
     if (!fs::exists(fs::path(dir).parent_path())) continue;
     fs::create_directories(dir);
-    for (const int64_t n : {int64_t(0), int64_t(1), int64_t(4096), 8 * mib, 8 * mib + 1, 20 * mib + 77}) {
+    for (const int64_t n :
+         {int64_t(0), int64_t(1), int64_t(4096), 8 * mib, 8 * mib + 1, 20 * mib + 77}) {
       std::string bytes(size_t(n), '\0');
       for (int64_t i = 0; i < n; ++i) bytes[size_t(i)] = char((i * 131 + i / 4099) & 0xff);
       const std::string path = dir + "/f.bin";
@@ -346,7 +349,8 @@ TEST_P(AsyncCheckpointTest, FilesEqualTheSynchronousSave) {
   const std::string a = dir_ + "/sync/step-00000003", b = dir_ + "/async/step-00000003";
   ASSERT_EQ(files_of(a), files_of(b));
   for (const auto& f : files_of(a)) {
-    const std::string x = read_file(a + "/" + f), y = read_file(b + "/" + f);
+    const std::string x = read_file((fs::path(a) / f).string()),
+                      y = read_file((fs::path(b) / f).string());
     EXPECT_EQ(x.size(), y.size()) << f;
     EXPECT_TRUE(x == y) << f << " differs between the sync and the async save";
     std::cout << "  " << f << ": " << x.size() << " bytes, identical: " << (x == y) << "\n";
@@ -377,7 +381,7 @@ TEST_P(AsyncCheckpointTest, CopyBesideTheNextStepSavesTheStateAtSave) {
   const std::string a = dir_ + "/sync/step-00000003", b = dir_ + "/async/step-00000003";
   ASSERT_EQ(files_of(a), files_of(b));
   for (const auto& f : files_of(a))
-    EXPECT_TRUE(read_file(a + "/" + f) == read_file(b + "/" + f))
+    EXPECT_TRUE(read_file((fs::path(a) / f).string()) == read_file((fs::path(b) / f).string()))
         << f << " differs: the step after the save leaked into it";
 }
 

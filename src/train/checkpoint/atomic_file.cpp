@@ -92,7 +92,6 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-
 void AtomicFileWriter::FreeAligned::operator()(char* p) const { give_back_bounce_buffer(p); }
 
 AtomicFileWriter::AtomicFileWriter(std::string path, bool direct)

@@ -98,7 +98,7 @@ CheckpointReader::CheckpointReader(std::string dir) : dir_(std::move(dir)) {
   verified_ = true;
   for (const auto& [name, d] : meta.at("files").items()) {
     const auto crc = parse_hex32(d.at("crc32").get<std::string>());
-    if (!crc) throw CheckpointError(p + ": damaged: bad crc32 of " + name);
+    if (!crc) throw CheckpointError(lockstep::detail::concat(p, ": damaged: bad crc32 of ", name));
     files_[name] = Digest{*crc, d.at("bytes").get<int64_t>()};
   }
 }

@@ -134,8 +134,10 @@ std::vector<Checkpointer::PendingFile> Checkpointer::full_files(const std::strin
     std::shared_ptr<ModuleSnapshot> m = staged ? snapshot_module(*model_, staging_) : nullptr;
     files.push_back({model, [this, m](AtomicFileWriter& w) {
                        save_archive(w, [&](OutputArchive& ar) {
-                         if (m) m->write(ar);
-                         else model_->save(ar);
+                         if (m)
+                           m->write(ar);
+                         else
+                           model_->save(ar);
                        });
                      }});
   }
@@ -144,8 +146,10 @@ std::vector<Checkpointer::PendingFile> Checkpointer::full_files(const std::strin
         staged ? snapshot_optimizer(optimizer_, staging_) : nullptr;
     files.push_back({optimizer, [this, o](AtomicFileWriter& w) {
                        save_archive(w, [&](OutputArchive& ar) {
-                         if (o) o->write(ar);
-                         else optimizer_.save(ar);
+                         if (o)
+                           o->write(ar);
+                         else
+                           optimizer_.save(ar);
                        });
                      }});
   }

@@ -36,7 +36,7 @@ __attribute__((target("pclmul,sse4.1"))) __m128i fold(__m128i x, __m128i k, __m1
 }
 
 __attribute__((target("pclmul,sse4.1"))) uint32_t crc32_folded(uint32_t crc, const uint8_t* p,
-                                                                size_t n) {
+                                                               size_t n) {
   auto load = [](const uint8_t* q) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)); };
   __m128i x0 = _mm_xor_si128(load(p), _mm_cvtsi32_si128(int(~crc)));
   __m128i x1 = load(p + 16), x2 = load(p + 32), x3 = load(p + 48);
