@@ -252,6 +252,9 @@ void ProcessGroup::run_task(Task& task) {
       }
     }
     task.run(ctx);
+    // What the op captured (its tensors) is released before the waiter wakes: memory the
+    // caller frees after wait() is free then, not when the next op replaces this task.
+    task.run = nullptr;
     task.work->finish();
     return;
   } catch (const CommError&) {
@@ -264,6 +267,7 @@ void ProcessGroup::run_task(Task& task) {
     err = std::make_exception_ptr(CommError(
         CommError::Kind::Failed, op_context(*backend_, ctx.desc, &ctx), "unknown exception"));
   }
+  task.run = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
     fail_locked(err);

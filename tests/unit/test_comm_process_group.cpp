@@ -139,6 +139,21 @@ TEST(ProcessGroup, ValidatesOnTheCallersThread) {
 
 // Work::on_wait (a CUDA op's stream order, docs/gpu.md) runs on the waiting thread after a
 // successful wait, every time, and never after a failed one.
+// When wait() returns, the comm thread holds no reference to the op's tensors: memory the
+// caller frees next is free then (FSDP returns the model's full parameters to the system
+// right after its construction's broadcasts).
+TEST(ProcessGroup, WaitReturnsAfterTheOpReleasedItsTensors) {
+  ProcessGroup pg(std::make_unique<MirrorBackend>(2));
+  int held = 0;
+  for (int i = 0; i < 2000; ++i) {
+    auto x = at::full({16}, 1.0);
+    pg.allreduce(x)->wait();
+    held += x.use_count() > 1;
+  }
+  EXPECT_EQ(held, 0) << "the comm thread still held the tensor after wait() " << held
+                     << " times in 2000";
+}
+
 TEST(ProcessGroup, OnWaitRunsAfterEachSuccessfulWaitOnly) {
   OpDesc d{OpKind::Allreduce, 1, 4, at::kFloat, ReduceOp::Sum, -1, 0};
   int calls = 0;
