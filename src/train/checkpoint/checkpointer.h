@@ -6,7 +6,8 @@
 // Files are written atomically and verified on load by CheckpointStore.
 //
 // checkpoint.mode = "async" (the default): a save copies the state into host staging
-// buffers reused by every save and returns; one background thread (CheckpointWriter)
+// buffers reused by every save (in save(), or beside the next step with
+// set_copy_beside_step) and returns; one background thread (CheckpointWriter)
 // serializes, checksums, writes and fsyncs the files; a later step, once every rank's
 // files are durable, commits the checkpoint (rank 0's rename and LATEST, in the
 // background too). At most one save is in flight: the next one waits for it. Every

@@ -204,6 +204,7 @@ void Checkpointer::save(int64_t step, double last_loss) {
                    }});
   manifest_.clear();
   copy_ = {};
+  last_copy_wait_s_ = 0;
   if (async() && copy_beside_step_ && !diloco_)
     copy_ = std::async(std::launch::async, [this, pause = writer_->test_pause_ms()] {
               run_on_idle_cycles();
