@@ -48,10 +48,10 @@ class AtomicFileWriter {
   std::string path_, tmp_;
   int fd_ = -1;
   std::string buf_;  // buffered: small pieces (archive headers) gathered into large writes
-  struct FreeAligned {
+  struct GiveBack {
     void operator()(char* p) const;
   };
-  std::unique_ptr<char[], FreeAligned> direct_buf_;  // direct: the aligned bounce buffer
+  std::unique_ptr<char[], GiveBack> direct_buf_;  // direct: the aligned bounce buffer
   size_t direct_used_ = 0;
   uint32_t crc_ = 0;
   int64_t bytes_ = 0;

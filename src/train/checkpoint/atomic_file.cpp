@@ -92,7 +92,7 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-void AtomicFileWriter::FreeAligned::operator()(char* p) const { give_back_bounce_buffer(p); }
+void AtomicFileWriter::GiveBack::operator()(char* p) const { give_back_bounce_buffer(p); }
 
 AtomicFileWriter::AtomicFileWriter(std::string path, bool direct)
     : path_(std::move(path)), tmp_(path_ + ".tmp"), crc_(0) {

@@ -129,6 +129,8 @@ class Checkpointer {
   std::string fsdp_shard_file() const;
   std::vector<PendingFile> staged_files();
   std::string ddp_file(const std::string& name, int writer) const;
+  // An async save's staging copy runs beside the next step (not under DiLoCo).
+  bool copies_beside_step() const { return async() && copy_beside_step_ && !diloco_; }
   std::vector<PendingFile> full_files(const std::string& model, const std::string& optimizer,
                                       bool staged);
   std::vector<PendingFile> replica_files(bool staged);

@@ -100,7 +100,7 @@ std::vector<Checkpointer::PendingFile> Checkpointer::live_files() {
 // (set_copy_beside_step); the writer reads only the copies.
 std::vector<Checkpointer::PendingFile> Checkpointer::staged_files() {
   std::vector<PendingFile> files;
-  staging_.begin(copy_beside_step_ && !diloco_);
+  staging_.begin(copies_beside_step());
   if (diloco_) {
     files = replica_files(true);
   } else if (fsdp_ && writes_fsdp_shard()) {
@@ -205,7 +205,7 @@ void Checkpointer::save(int64_t step, double last_loss) {
   manifest_.clear();
   copy_ = {};
   last_copy_wait_s_ = 0;
-  if (async() && copy_beside_step_ && !diloco_)
+  if (copies_beside_step())
     copy_ = std::async(std::launch::async, [this, pause = writer_->test_pause_ms()] {
               run_on_idle_cycles();
               if (pause > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause));

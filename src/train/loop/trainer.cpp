@@ -5,6 +5,7 @@
 #include <lockstep/train/trainer.h>
 
 #include "train/checkpoint/checkpointer.h"
+#include "train/checkpoint/crc32.h"
 #include "train/loop/batch_plan.h"
 #include "train/loop/lr_schedule.h"
 #include "train/loop/replica_loop.h"
@@ -18,7 +19,6 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <cerrno>
 #include <chrono>
@@ -31,15 +31,15 @@
 namespace lockstep::train {
 namespace {
 
-// CRC-32 (zlib's) over every parameter's bytes in order: a fingerprint of the final model
+// CRC-32 (zlib's values) over every parameter's bytes in order: a fingerprint of the final model
 // that two runs can be compared by.
 int64_t parameter_crc32(torch::nn::Module& model) {
-  uLong c = ::crc32(0L, Z_NULL, 0);
+  uint32_t c = 0;
   for (const auto& p : model.parameters()) {
     auto t = p.detach().contiguous();
-    c = ::crc32_z(c, static_cast<const Bytef*>(t.data_ptr()), size_t(t.numel() * t.element_size()));
+    c = crc32_update(c, t.data_ptr(), size_t(t.numel() * t.element_size()));
   }
-  return int64_t(uint32_t(c));
+  return int64_t(c);
 }
 
 int64_t count_parameters(torch::nn::Module& model) {
