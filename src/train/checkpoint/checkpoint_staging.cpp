@@ -12,10 +12,17 @@
 namespace lockstep::train {
 namespace {
 
-// Large storages are copied in chunks over the intra-op threads (train.threads).
+// Large storages staged in the step are copied in chunks over the intra-op threads
+// (train.threads). The deferred copy is not: on the idle-priority copy thread, chunks
+// handed to the intra-op pool would run at normal priority and hold up the step's own
+// parallel regions, which it is meant to stay out of.
 constexpr int64_t kCopyGrain = int64_t(16) << 20;
 
-void copy_bytes(void* dst, const void* src, int64_t n) {
+void copy_bytes(void* dst, const void* src, int64_t n, bool parallel) {
+  if (!parallel) {
+    std::memcpy(dst, src, size_t(n));
+    return;
+  }
   at::parallel_for(0, n, kCopyGrain, [&](int64_t begin, int64_t end) {
     std::memcpy(static_cast<char*>(dst) + begin, static_cast<const char*>(src) + begin,
                 size_t(end - begin));
@@ -50,7 +57,7 @@ at::Tensor HostStaging::stage(const at::Tensor& live, bool now) {
     slot.copy = at::Storage(at::Storage::use_byte_size_t(), size_t(n), c10::GetCPUAllocator(),
                             /*resizable=*/false);
   if (now && (!slot.used || slot.pending) && n > 0) {
-    copy_bytes(bytes_of(slot.copy), src.data(), n);
+    copy_bytes(bytes_of(slot.copy), src.data(), n, /*parallel=*/true);
     slot.pending = at::Storage();
   } else if (!now && !slot.used) {
     slot.pending = src;
@@ -71,7 +78,8 @@ void HostStaging::copy_pending() {
   for (auto& [impl, slot] : slots_) {
     if (!slot.pending) continue;
     if (slot.pending.nbytes() > 0)
-      copy_bytes(bytes_of(slot.copy), slot.pending.data(), int64_t(slot.pending.nbytes()));
+      copy_bytes(bytes_of(slot.copy), slot.pending.data(), int64_t(slot.pending.nbytes()),
+                 /*parallel=*/false);
     slot.pending = at::Storage();
   }
 }

@@ -3,23 +3,14 @@
 // not depend on the compiler's padding or the host's byte order.
 #include <ctsm/events_format.h>
 
-#include <array>
+#include <zlib.h>
+
 #include <cctype>
 #include <cstdio>
 #include <cstring>
 
 namespace ctsm {
 namespace {
-
-std::array<uint32_t, 256> make_crc_table() {
-  std::array<uint32_t, 256> t{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    t[i] = c;
-  }
-  return t;
-}
 
 template <typename T>
 void put(uint8_t*& p, T v) {
@@ -73,11 +64,7 @@ std::string record_where(const RecordSource& src) {
 }  // namespace
 
 uint32_t crc32(const void* data, size_t n, uint32_t crc) {
-  static const std::array<uint32_t, 256> table = make_crc_table();
-  const auto* p = static_cast<const uint8_t*>(data);
-  crc = ~crc;
-  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
+  return static_cast<uint32_t>(::crc32_z(crc, static_cast<const Bytef*>(data), n));
 }
 
 void encode_header(const ShardHeader& h, uint8_t out[kEventsHeaderBytes]) {
