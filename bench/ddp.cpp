@@ -262,17 +262,19 @@ void print_breakdown(const Report& rep) {
 
 // --profile: the step's components timed in isolation.
 void print_profile(const Report& rep) {
-  Table pt({"config", "ranks", "allreduce 84MB", "allreduce per bucket (sum)", "copy+scale 84MB",
-            "copy 84MB", "zero_grad", "SGD step", "fc1 dW alone", "fc1 dW during allreduce"});
+  Table pt({"config", "ranks", "allreduce 84MB", "per bucket (sum)", "DDP's buckets in place",
+            "copy+scale 84MB", "copy 84MB", "zero_grad", "SGD step", "fc1 dW alone",
+            "fc1 dW during allreduce"});
   for (const auto& c : rep.configs)
     for (const auto& ns : rep.nprocs)
       if (const Result* r = rep.get(c, ns); r && r->count("prof_allreduce_all"))
         pt.add({c, ns, ms(r, "prof_allreduce_all"), ms(r, "prof_allreduce_buckets"),
-                ms(r, "prof_mul_out"), ms(r, "prof_copy"), ms(r, "prof_zero_grad"),
-                ms(r, "prof_sgd"), ms(r, "prof_fc1_dw"), ms(r, "prof_fc1_dw_overlap")});
+                ms(r, "prof_allreduce_in_place"), ms(r, "prof_mul_out"), ms(r, "prof_copy"),
+                ms(r, "prof_zero_grad"), ms(r, "prof_sgd"), ms(r, "prof_fc1_dw"),
+                ms(r, "prof_fc1_dw_overlap")});
   std::printf(
       "\nprofile: component costs measured in isolation (ms, rank 0, medians; every "
-      "rank runs them at once):\n%s",
+      "rank runs them at once; the first two allreduces on private tensors):\n%s",
       pt.str().c_str());
 }
 

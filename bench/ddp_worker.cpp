@@ -65,14 +65,21 @@ void profile(ProcessGroup& g, DDP& ddp, torch::optim::SGD& opt) {
   for (auto& p : params) total += p.numel();
   at::Tensor flat = at::randn({total}), other = at::empty({total});
   report_result(me, "prof_allreduce_all", timed(g, n, [&] { g.allreduce(flat)->wait(); }));
-  std::vector<at::Tensor> bufs;
-  for (const auto& b : ddp.reducer().buckets()) bufs.push_back(b.buffer.clone());
-  report_result(me, "prof_allreduce_buckets", timed(g, n, [&] {
-                  std::vector<comm::WorkPtr> w;
-                  w.reserve(bufs.size());
-                  for (auto& b : bufs) w.push_back(g.allreduce(b));
-                  for (auto& x : w) x->wait();
-                }));
+  // The buckets' sizes in private copies, then DDP's own buffers (on shm in memory every
+  // rank maps: the zero-copy allreduce the step runs; the gradients in them are spent).
+  std::vector<at::Tensor> copies, own;
+  for (const auto& b : ddp.reducer().buckets()) {
+    copies.push_back(b.buffer.clone());
+    own.push_back(b.buffer);
+  }
+  auto all_of = [&](std::vector<at::Tensor>& bufs) {
+    std::vector<comm::WorkPtr> w;
+    w.reserve(bufs.size());
+    for (auto& b : bufs) w.push_back(g.allreduce(b));
+    for (auto& x : w) x->wait();
+  };
+  report_result(me, "prof_allreduce_buckets", timed(g, n, [&] { all_of(copies); }));
+  report_result(me, "prof_allreduce_in_place", timed(g, n, [&] { all_of(own); }));
   report_result(me, "prof_mul_out", timed(g, n, [&] { at::mul_out(other, flat, 0.5); }));
   report_result(me, "prof_copy", timed(g, n, [&] { other.copy_(flat); }));
   report_result(me, "prof_zero_grad", timed(g, n, [&] { opt.zero_grad(); }));
