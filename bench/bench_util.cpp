@@ -62,7 +62,7 @@ std::vector<double> time_runs(const std::function<void()>& fn, comm::ProcessGrou
   return times;
 }
 
-double max_over_ranks(comm::ProcessGroup& group, double v, comm::ReduceOp op) {
+double reduced_over_ranks(comm::ProcessGroup& group, double v, comm::ReduceOp op) {
   auto t = at::full({1}, v, at::kDouble);
   comm::AllreduceOptions o;
   o.op = op;

@@ -54,7 +54,8 @@ int64_t decided_by_rank0(comm::ProcessGroup& group, int64_t v);
 // True on every rank if `ok` is true on every rank (one allreduce).
 bool true_on_all_ranks(comm::ProcessGroup& group, bool ok);
 // `v` reduced over the ranks by `op` (the maximum by default; one allreduce).
-double max_over_ranks(comm::ProcessGroup& group, double v, comm::ReduceOp op = comm::ReduceOp::Max);
+double reduced_over_ranks(comm::ProcessGroup& group, double v,
+                          comm::ReduceOp op = comm::ReduceOp::Max);
 
 // "4KiB" / "16MiB" / "1GiB" <-> bytes.
 int64_t parse_size(const std::string& s);

@@ -111,7 +111,7 @@ void round(comm::ProcessGroup& g, Trainee& t, train::Checkpointer& sync, train::
   // The first step: its update waits for the staging copy if that still runs beside it.
   timed_step(f.during);
   f.first.push_back(f.during.back());
-  const double wait = max_over_ranks(g, async.last_copy_wait_s());
+  const double wait = reduced_over_ranks(g, async.last_copy_wait_s());
   f.async_blocked.back() += wait;
   f.copy.back() += wait;
   for (int i = 1; i < a.max_steps && decided_by_rank0(g, async.in_flight() ? 1 : 0); ++i)

@@ -24,13 +24,7 @@ namespace {
 
 // True if `v` is the same on every rank.
 bool same_everywhere(ProcessGroup& g, double v) {
-  auto lo = at::full({1}, v, at::kDouble), hi = lo.clone();
-  comm::AllreduceOptions min, max;
-  min.op = comm::ReduceOp::Min;
-  max.op = comm::ReduceOp::Max;
-  g.allreduce(lo, min)->wait();
-  g.allreduce(hi, max)->wait();
-  return lo.item<double>() == hi.item<double>();
+  return reduced_over_ranks(g, v, comm::ReduceOp::Min) == reduced_over_ranks(g, v);
 }
 
 // Median seconds of fn over `n` runs (after one warm-up), all ranks starting together.

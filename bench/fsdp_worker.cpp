@@ -138,8 +138,8 @@ Measured train(Par& par, torch::optim::AdamW& opt, ProcessGroup& g, const FsdpAr
 double param_sum(ProcessGroup& g, const std::vector<at::Tensor>& ts, bool sharded, bool& same) {
   double s = 0;
   for (const auto& t : ts) s += t.detach().to(at::kDouble).sum().item<double>();
-  if (sharded) return max_over_ranks(g, s, comm::ReduceOp::Sum);
-  same = max_over_ranks(g, s) == -max_over_ranks(g, -s);
+  if (sharded) return reduced_over_ranks(g, s, comm::ReduceOp::Sum);
+  same = reduced_over_ranks(g, s) == reduced_over_ranks(g, s, comm::ReduceOp::Min);
   return s;
 }
 
@@ -171,7 +171,7 @@ void report_memory(ProcessGroup& g, const Measured& m, const ProcMemory& base, i
                                           {"activations", double(m.activations)},
                                           {"shared_bytes", double(shared_bytes)},
                                           {"state_peak_full", double(m.full_at_peak)}};
-  for (const auto& [k, v] : mem) report_result(g.rank(), k, max_over_ranks(g, v));
+  for (const auto& [k, v] : mem) report_result(g.rank(), k, reduced_over_ranks(g, v));
 }
 
 torch::optim::AdamW make_adamw(std::vector<at::Tensor> params) {
